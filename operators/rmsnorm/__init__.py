@@ -1,0 +1,88 @@
+"""RMSNorm forward (Llama-style pre-norm), bf16."""
+from pathlib import Path
+
+import torch
+
+from operators._inputs import DTYPES, generator, tensor
+from operators._operator import Baseline, Operator, load_module
+
+HERE = Path(__file__).parent
+_ref = load_module(HERE / "reference.py", "operators.rmsnorm.reference")
+
+
+def make_inputs(shape, seed, device, dist):
+    g = generator(seed, device)
+    dtype = DTYPES[shape.get("dtype", "bfloat16")]
+    x = tensor((shape["M"], shape["N"]), dist, g, dtype, device)
+    weight = tensor((shape["N"],), "normal", g, dtype, device)
+    return x, weight
+
+
+def _bytes(shape):
+    esize = torch.finfo(DTYPES[shape.get("dtype", "bfloat16")]).bits // 8
+    return esize * (2 * shape["M"] * shape["N"] + shape["N"])
+
+
+def _flops(shape):
+    return 4 * shape["M"] * shape["N"]
+
+
+def _f_rms_norm(x, weight):
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, _ref.EPS)
+
+
+def _liger_unavailable():
+    try:
+        import liger_kernel  # noqa: F401
+    except ImportError:
+        return "liger-kernel not installed"
+    return None
+
+
+def _liger(x, weight):
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    return LigerRMSNormFunction.apply(x, weight, _ref.EPS)
+
+
+_compiled = None
+
+
+def _torch_compile(x, weight):
+    global _compiled
+    if _compiled is None:
+        _compiled = torch.compile(_ref.reference)
+    return _compiled(x, weight)
+
+
+SMOKE = [{"M": 8, "N": 512, "dtype": "bfloat16"}, {"M": 5, "N": 1000, "dtype": "bfloat16"}]
+PUBLIC = [{"M": 16384, "N": 4096, "dtype": "bfloat16"}]
+HIDDEN = [
+    {"M": 32768, "N": 8192, "dtype": "bfloat16"},
+    {"M": 8192, "N": 5120, "dtype": "bfloat16"},
+    {"M": 4000, "N": 7168, "dtype": "bfloat16"},
+]
+
+OPERATOR = Operator(
+    name="rmsnorm",
+    goal=(
+        "Implement RMSNorm over the last dimension of a bfloat16 matrix x [M, N] with a bfloat16 "
+        "weight [N]: y = x / sqrt(mean(x**2) + 1e-6) * weight, accumulated in float32, returned "
+        "as bfloat16 [M, N]. reference.py holds the exact definition."
+    ),
+    reference=_ref.reference,
+    make_inputs=make_inputs,
+    shapes={"smoke": SMOKE, "public": PUBLIC, "eval": PUBLIC + HIDDEN},
+    tolerance={"bfloat16": (1e-2, 1.6e-2), "float16": (1e-3, 1e-3), "float32": (1e-5, 1e-5)},
+    bytes=_bytes,
+    flops=_flops,
+    baselines={
+        "torch_eager": Baseline("torch_eager", _ref.reference),
+        "torch_F.rms_norm": Baseline("torch_F.rms_norm", _f_rms_norm),
+        "torch_compile": Baseline("torch_compile", _torch_compile, needs_cuda=True),
+        "liger": Baseline("liger", _liger, _liger_unavailable, needs_cuda=True),
+    },
+    library_calls=("torch.nn.functional.rms_norm", "torch.rms_norm", "F.rms_norm", "liger_kernel"),
+    task_files={"reference.py": HERE / "reference.py"},
+    why_shapes="Llama-3 8B/70B, Mistral and DeepSeek-V3 hidden sizes (4096, 8192, 5120, 7168) times token batches.",
+)
