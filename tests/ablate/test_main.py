@@ -1,0 +1,92 @@
+"""`python -m ablate` end to end, offline, as a user runs it."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ablate(*args, env=None, timeout=600):
+    e = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "ablate", *args], cwd=ROOT, env=e, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def records(store):
+    return [json.loads(p.read_text()) for p in sorted(Path(store).rglob("record.json"))]
+
+
+@pytest.mark.slow
+def test_default_study_runs_offline_and_prints_the_ratio(tmp_path):
+    r = ablate(f"store={tmp_path}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    recs = records(tmp_path / "default")
+    assert len(recs) == 4
+    assert sorted((x["arm"], x["seed"]) for x in recs) == [("goal_only", 0), ("goal_only", 1), ("kda05", 0), ("kda05", 1)]
+    assert len({x["match_key"] for x in recs}) == 2  # each seed's two arms pair up
+    for x in recs:
+        assert x["model"]["id"] == "scripted-kernel-search-v1" and x["end_reason"] == "submitted"
+        assert x["evaluation"]["verdict"] == "accepted", x["evaluation"].get("reasons")
+        assert x["evaluation"]["timing"] == "cpu-interpreted"
+        d = Path(x["_dir"]) if "_dir" in x else None
+    trial_dirs = [p.parent for p in (tmp_path / "default").rglob("record.json")]
+    for d in trial_dirs:
+        assert (d / "kernel.py").is_file() and (d / "transcript.jsonl").is_file() and (d / "model_calls.jsonl").is_file()
+    assert "kda05 / goal_only" in r.stdout and "cpu-interpreted" in r.stdout
+    kda = [x for x in recs if x["arm"] == "kda05"][0]
+    assert {e["event"] for e in kda["agent"]["events"]} == {"review"}
+    # resume: a second run finds every trial and runs none
+    again = ablate(f"store={tmp_path}")
+    assert again.returncode == 0 and "4 of 4 trials already" in again.stdout
+    assert len(records(tmp_path / "default")) == 4
+
+
+def test_missing_api_key_stops_before_any_trial_with_one_line(tmp_path):
+    r = ablate("+harness=kda05", "+model=fable-5.1", f"store={tmp_path}", timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ANTHROPIC_API_KEY" in lines[0], r.stderr
+    assert not records(tmp_path)
+
+
+@pytest.mark.parametrize("override,valid", [("+harness=nope", "goal_only"), ("operators=nope", "rmsnorm"),
+                                             ("+model=nope", "scripted"), ("study=nope", "default")])
+def test_unknown_group_option_lists_the_valid_choices(tmp_path, override, valid):
+    r = ablate(override, f"store={tmp_path}", timeout=120)
+    assert r.returncode != 0
+    assert "Available options" in r.stderr and valid in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unknown_operator_name_is_one_line(tmp_path):
+    r = ablate("operators.names=[nope]", f"store={tmp_path}", timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: unknown operator 'nope'; valid operators: " + r.stderr.strip().split("valid operators: ")[1]
+    assert "rmsnorm" in r.stderr
+
+
+def test_unknown_shape_set_is_one_line(tmp_path):
+    r = ablate("operators.shapes.eval=huge", f"store={tmp_path}", timeout=120)
+    assert r.returncode == 2 and "no shape set 'huge'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_multirun_arms_as_separate_jobs_pair_up_in_analysis(tmp_path):
+    r = ablate("-m", "+harness=goal_only,kda05", "+model=scripted", "study.seeds=[0]", f"store={tmp_path}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    recs = records(tmp_path / "default")
+    assert sorted(x["arm"] for x in recs) == ["goal_only", "kda05"]
+    assert recs[0]["match_key"] == recs[1]["match_key"]
+    out = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path / "default")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "kda05 / goal_only" in out.stdout
+    assert " 1 " in out.stdout.split("kda05 / goal_only")[1].splitlines()[0]  # one matched pair
+
+
+def test_readme_test_command_is_what_ci_runs():
+    ci = (ROOT / ".ci/run").read_text().strip().splitlines()[-1]
+    assert ci in (ROOT / "README.md").read_text()
