@@ -33,7 +33,9 @@ class Store:
 
     def begin(self, study: str, trial_id: str) -> Path:
         (self.root / study).mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".tmp-{trial_id}-", dir=self.root / study))
+        # An opaque name: the agent can see its workspace's host path (/proc/self/mountinfo), and the
+        # trial id would tell it which arm it is in.
+        return Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root / study))
 
     def commit(self, tmp: Path, study: str, trial_id: str, record: dict[str, Any]) -> Path:
         record = {"schema": SCHEMA_VERSION, **record}

@@ -45,7 +45,7 @@ class TrialSpec:
 
 def _model_settings(model: dict[str, Any]) -> dict[str, Any]:
     # The sampling settings define "the same model" too; prices and endpoints do not.
-    return {k: model.get(k) for k in ("provider", "temperature", "max_tokens", "thinking_budget", "policy")}
+    return {k: model.get(k) for k in ("provider", "temperature", "max_tokens", "thinking", "thinking_budget", "effort", "seed", "policy")}
 
 
 def environment() -> dict[str, Any]:
@@ -97,9 +97,12 @@ def run_trial(spec: TrialSpec, store: Store, progress=None) -> Path:
         ws = Workspace.create(tmp / "workspace", task.files, Limits(**spec.sandbox))
         agent = harness.run(model, task, ws, budget, progress=progress)
         t0 = time.monotonic()
-        kernel = ws.path / "kernel.py"
-        if kernel.is_file():
-            (tmp / "kernel.py").write_bytes(kernel.read_bytes())
+        try:  # through the workspace's safe reader: kernel.py may be a symlink planted by the agent
+            submitted = ws.read_bytes("kernel.py", max_bytes=4 << 20)
+        except OSError:
+            submitted = None
+        if submitted is not None:
+            (tmp / "kernel.py").write_bytes(submitted)
             evaluation = evaluate(spec.operator, tmp / "kernel.py", shapes=spec.shapes["eval"])
         else:
             evaluation = {"verdict": "rejected", "reasons": ["no_submission"], "shapes": [], "timing": "none"}
@@ -112,7 +115,8 @@ def run_trial(spec: TrialSpec, store: Store, progress=None) -> Path:
         record = {
             "trial_id": spec.trial_id, "study": spec.study, "arm": spec.arm, "match_key": spec.match_key,
             "operator": spec.operator, "seed": spec.seed, "shapes": spec.shapes, "spec": asdict(spec),
-            "model": {"id": model.id, "provider": spec.model.get("provider"), "name": spec.model.get("name")},
+            "model": {"id": model.id, "provider": spec.model.get("provider"), "name": spec.model.get("name"),
+                      "attempts": getattr(model.model, "attempts", None)},
             "harness": harness.describe(), "agent": agent.summary(), "usage": agent.usage.to_dict(),
             "end_reason": agent.end_reason, "verdict": evaluation.get("verdict"),
             "evaluation": evaluation, "evaluation_s": round(eval_s, 3), "environment": env,

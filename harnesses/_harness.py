@@ -31,9 +31,7 @@ class Harness:
     def run(self, model: Model, task: Task, ws: Workspace, budget: Budget, progress=None) -> AgentResult:
         for m in self.mechanisms:
             for name, data in m.files(task).items():
-                path = ws.resolve(name)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+                ws.write(name, data)  # owned by the sandbox user, so the agent may edit its copy
         tools = core_tools(ws)
         for m in self.mechanisms:
             tools.update(m.tools(task, ws, model))

@@ -52,7 +52,7 @@ class Profiler(Mechanism):
 
     def tools(self, task, ws, model):
         def profile(args):
-            (ws.path / ".profile.py").write_text(PROFILE_SCRIPT.replace("REPS", str(self.reps)))
+            ws.write(".profile.py", PROFILE_SCRIPT.replace("REPS", str(self.reps)).encode())
             r = ws.run("python .profile.py")
             status = "timed out" if r.timed_out else f"exit code {r.exit_code}"
             return ToolResult(f"{r.output}\n[{status}]", is_error=r.exit_code != 0, seconds=r.seconds,

@@ -8,6 +8,10 @@ from omegaconf import OmegaConf
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ["harness", "model", "operators", "study", "budget"]
+# Options with a value the user must give (`???`), and a stand-in for it.
+REQUIRED = {("model", "replay"): ["model.source=runs/x/y"],
+            ("operators", "flashinfer"): ["flashinfer.path=/data/flashinfer-trace"],
+            ("operators", "kernelbench"): ["kernelbench.path=/data/KernelBench"]}
 
 
 def options(group):
@@ -36,9 +40,7 @@ def test_every_option_composes(hydra_ctx, group):
     assert opts, f"conf/{group} is empty"
     for opt in opts:
         prefix = "+" if group in ("harness", "model") else ""
-        overrides = [f"{prefix}{group}={opt}"]
-        if group == "model" and opt == "replay":
-            overrides.append("model.source=runs/x/y")
+        overrides = [f"{prefix}{group}={opt}"] + REQUIRED.get((group, opt), [])
         cfg = compose("config", overrides=overrides)
         node = cfg[group] if group != "study" else cfg.study
         assert node, f"{group}={opt} composed to nothing"

