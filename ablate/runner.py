@@ -16,12 +16,11 @@ import ablations
 
 def plan(cfg: dict[str, Any]) -> list[TrialSpec]:
     """Specs for the config, after checking that every name in it exists."""
-    specs = ablations.expand(cfg)
-    for name in dict.fromkeys(s.operator for s in specs):
-        op = operators.get(name)
+    ops = operators.load_set(cfg["operators"])  # registry names, or a KernelBench / FlashInfer source
+    for op in ops:
         for which in ("public", "eval"):
             op.shape_set(cfg["operators"]["shapes"][which])
-    return specs
+    return ablations.expand(cfg, [op.name for op in ops])
 
 
 def gpu_slots(setting: Any) -> list[str | None]:
@@ -76,12 +75,14 @@ def run_study(cfg: dict[str, Any], store_root: Path, log=print) -> list[Path]:
         start = time.monotonic()
         log(f"{label} ...")
 
-        def progress(result, label=label):
+        def progress(result):
             print(f"\r  turn {result.turns}, {result.usage.total_tokens} tokens, ${result.usage.cost_usd:.2f}",
                   end="", file=sys.stderr, flush=True)
 
-        path = run_trial(spec, store, progress=progress)
-        print("", file=sys.stderr)
+        tty = sys.stderr.isatty()  # a live turn counter on a terminal; per-trial lines in logs
+        path = run_trial(spec, store, progress=progress if tty else None)
+        if tty:
+            print("", file=sys.stderr)
         log(_outcome(label, path, start))
         done.append(path)
     return done

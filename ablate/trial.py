@@ -29,6 +29,9 @@ class TrialSpec:
     seed: int
     budget: dict[str, Any]
     sandbox: dict[str, Any] = field(default_factory=dict)
+    # The conf/operators node the operator came from, so another process (a trial on another GPU)
+    # can load it again: external problem formats and external baselines are not in the registry.
+    operator_set: dict[str, Any] = field(default_factory=dict)
 
     @property
     def match_key(self) -> str:
@@ -74,6 +77,8 @@ def evaluate(operator: str, path: Path, shapes: str) -> dict[str, Any]:
 
 
 def task_for(spec: TrialSpec, gpu: str | None) -> Task:
+    if spec.operator_set and spec.operator not in operators.names():
+        operators.load_set(spec.operator_set)
     op = operators.get(spec.operator)
     public = op.shape_set(spec.shapes["public"])
     files = {name: Path(path).read_bytes() for name, path in op.task_files.items()}

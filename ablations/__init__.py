@@ -47,12 +47,12 @@ def arms(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def expand(cfg: dict[str, Any]) -> list[TrialSpec]:
+def expand(cfg: dict[str, Any], operator_names: list[str] | None = None) -> list[TrialSpec]:
     study = cfg["study"]
     model = cfg.get("model") or study.get("model")
     if not model:
         raise AblateError("no model: give +model=NAME (e.g. +model=scripted) or set study.model")
-    names = list(cfg["operators"]["names"])
+    names = list(operator_names if operator_names is not None else cfg["operators"]["names"])
     seeds = [int(s) for s in study["seeds"]]
     specs = []
     for operator in names:
@@ -61,6 +61,6 @@ def expand(cfg: dict[str, Any]) -> list[TrialSpec]:
                 specs.append(TrialSpec(
                     study=study["name"], arm=arm_name, harness=harness, model=dict(model), operator=operator,
                     shapes=dict(cfg["operators"]["shapes"]), seed=seed, budget=dict(cfg["budget"]),
-                    sandbox=dict(cfg.get("sandbox") or {}),
+                    sandbox=dict(cfg.get("sandbox") or {}), operator_set=dict(cfg["operators"]),
                 ))
     return specs

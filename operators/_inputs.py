@@ -25,3 +25,18 @@ def tensor(size: tuple[int, ...], dist: str, gen: torch.Generator, dtype: torch.
     else:
         raise ValueError(f"unknown input distribution {dist!r}")
     return t.to(dtype=dtype).to(device)
+
+
+def integers(size: tuple[int, ...], low: int, high: int, gen: torch.Generator, device: str,
+             dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """Integers in [low, high) drawn on the CPU from the seed's generator, then moved."""
+    return torch.randint(low, high, size, generator=gen, dtype=dtype).to(device)
+
+
+def dtype_of(shape: dict) -> torch.dtype:
+    return DTYPES[shape.get("dtype", "bfloat16")]
+
+
+def esize(shape: dict) -> int:
+    """Bytes per element of the shape's dtype."""
+    return torch.finfo(dtype_of(shape)).bits // 8

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import torch
 
+from operators._baselines import compile_baselines, liger_unavailable, quack_unavailable
 from operators._inputs import DTYPES, generator, tensor
 from operators._operator import Baseline, Operator, load_module
 
@@ -31,28 +32,16 @@ def _f_rms_norm(x, weight):
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, _ref.EPS)
 
 
-def _liger_unavailable():
-    try:
-        import liger_kernel  # noqa: F401
-    except ImportError:
-        return "liger-kernel not installed"
-    return None
-
-
 def _liger(x, weight):
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     return LigerRMSNormFunction.apply(x, weight, _ref.EPS)
 
 
-_compiled = None
+def _quack(x, weight):
+    import quack
 
-
-def _torch_compile(x, weight):
-    global _compiled
-    if _compiled is None:
-        _compiled = torch.compile(_ref.reference)
-    return _compiled(x, weight)
+    return quack.rmsnorm(x, weight, eps=_ref.EPS)
 
 
 SMOKE = [{"M": 8, "N": 512, "dtype": "bfloat16"}, {"M": 5, "N": 1000, "dtype": "bfloat16"}]
@@ -79,10 +68,11 @@ OPERATOR = Operator(
     baselines={
         "torch_eager": Baseline("torch_eager", _ref.reference),
         "torch_F.rms_norm": Baseline("torch_F.rms_norm", _f_rms_norm),
-        "torch_compile": Baseline("torch_compile", _torch_compile, needs_cuda=True),
-        "liger": Baseline("liger", _liger, _liger_unavailable, needs_cuda=True),
+        **compile_baselines(_ref.reference),
+        "liger": Baseline("liger", _liger, liger_unavailable, needs_cuda=True),
+        "quack": Baseline("quack", _quack, quack_unavailable, needs_cuda=True),
     },
-    library_calls=("torch.nn.functional.rms_norm", "torch.rms_norm", "F.rms_norm", "liger_kernel"),
+    library_calls=("torch.nn.functional.rms_norm", "torch.rms_norm", "F.rms_norm", "liger_kernel", "quack"),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Llama-3 8B/70B, Mistral and DeepSeek-V3 hidden sizes (4096, 8192, 5120, 7168) times token batches.",
 )

@@ -1,4 +1,4 @@
-# scripted-configs: [{"num_warps": 4, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 4}, {"num_warps": 16, "rows_per_program": 2}]
+# scripted-configs: [{"num_warps": 4, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 4}]
 """RMSNorm in Triton: one program normalises rows_per_program rows, the row in one block."""
 import torch
 import triton

@@ -1,0 +1,52 @@
+"""Shared pieces of baselines: lazily compiled functions and optional-library availability."""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from operators._operator import Baseline
+
+
+def compiled(fn: Callable, mode: str | None = None) -> Callable:
+    """torch.compile(fn), compiled on first call, specialised per shape (dynamic=False): a
+    dynamic-shape kernel would be slower than what a user compiling one model shape gets."""
+    state: dict = {}
+
+    def call(*args):
+        if "fn" not in state:
+            import torch
+
+            state["fn"] = torch.compile(fn, mode=mode, dynamic=False)
+        return state["fn"](*args)
+
+    return call
+
+
+def compile_baselines(fn: Callable) -> dict[str, Baseline]:
+    """torch.compile of fn, default and max-autotune (GPU only: Inductor on CPU needs a C++
+    toolchain and measures nothing of interest here)."""
+    return {
+        "torch_compile": Baseline("torch_compile", compiled(fn), needs_cuda=True),
+        "torch_compile_max_autotune": Baseline(
+            "torch_compile_max_autotune", compiled(fn, "max-autotune"), needs_cuda=True
+        ),
+    }
+
+
+def missing(module: str, package: str) -> Callable[[], str | None]:
+    """Availability check: None when `module` imports, else '<package> not installed'."""
+
+    def unavailable() -> str | None:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            return f"{package} not installed"
+        except Exception as e:  # a broken install (e.g. a CUDA runtime mismatch) is unavailable too
+            return f"{package} failed to import: {type(e).__name__}: {e}"[:200]
+        return None
+
+    return unavailable
+
+
+liger_unavailable = missing("liger_kernel", "liger-kernel")
+quack_unavailable = missing("quack", "quack-kernels")

@@ -1,0 +1,68 @@
+"""The runner: records survive a failure mid-study, a rerun resumes, the record says how it ended."""
+import json
+
+import pytest
+
+from ablate import models, runner
+from ablate.errors import AblateError
+
+
+def cfg(tmp_path, actions=(), seeds=(0, 1)):
+    model = {"name": "scripted", "provider": "scripted", "id": "scripted-actions-v1", "policy": "actions",
+             "actions": list(actions)}
+    return {"study": {"name": "t", "seeds": list(seeds), "arms": {"goal_only": {"name": "goal_only", "mechanisms": {}}},
+                      "model": model, "baseline_arm": "goal_only"},
+            "operators": {"names": ["rmsnorm"], "shapes": {"public": "smoke", "eval": "smoke"}},
+            "budget": {"turns": 12}, "sandbox": {"confinement": "bwrap"}, "parallel": "auto"}
+
+
+def test_a_failure_mid_study_keeps_earlier_records_and_a_rerun_resumes(tmp_path, monkeypatch):
+    real_get, calls = models.get, []
+
+    def flaky(model_cfg):
+        calls.append(1)
+        if len(calls) == 2:
+            raise AblateError("replay diverged at call 1")
+        return real_get(model_cfg)
+
+    monkeypatch.setattr(models, "get", flaky)
+    with pytest.raises(AblateError, match="diverged"):
+        runner.run_study(cfg(tmp_path), tmp_path / "store", log=lambda *a: None)
+    done = list((tmp_path / "store" / "t").glob("*/record.json"))
+    assert len(done) == 1
+    assert not [p for p in (tmp_path / "store" / "t").iterdir() if p.name.startswith(".tmp-")]  # nothing half-written
+    lines = []
+    runner.run_study(cfg(tmp_path), tmp_path / "store", log=lines.append)
+    assert lines[0].startswith("resuming: 1 of 2 trials")
+    assert len(list((tmp_path / "store" / "t").glob("*/record.json"))) == 2
+
+
+def test_no_submission_is_recorded_as_such(tmp_path):
+    [path] = runner.run_study(cfg(tmp_path, seeds=(0,)), tmp_path / "store", log=lambda *a: None)
+    rec = json.loads((path / "record.json").read_text())
+    assert rec["end_reason"] == "model_stopped" and rec["verdict"] == "rejected"
+    assert rec["evaluation"]["reasons"] == ["no_submission"]
+    assert rec["sandbox"]["confinement"] == "bwrap"
+
+
+def test_sandbox_attempts_end_cleanly_and_the_record_shows_them(tmp_path):
+    """An agent that tries to escape: network, reading the project, killing its parent, a fork bomb."""
+    attacks = [
+        {"tool": "bash", "args": {"command": "python -c \"import socket; socket.create_connection(('127.0.0.1', 22), 2)\""}},
+        {"tool": "bash", "args": {"command": "cat /work/main/operators/rmsnorm/__init__.py || ls ~/../"}},
+        {"tool": "bash", "args": {"command": "kill -9 $PPID; pkill -9 python; echo still-here"}},
+        {"tool": "bash", "args": {"command": "sleep 100", "timeout_s": 1}},
+    ]
+    [path] = runner.run_study(cfg(tmp_path, attacks, seeds=(0,)), tmp_path / "store", log=lambda *a: None)
+    transcript = [json.loads(line) for line in (path / "transcript.jsonl").read_text().splitlines()]
+    results = [m["content"] for m in transcript if m["role"] == "tool"]
+    assert "Network is unreachable" in results[0] or "refused" in results[0] or "Errno" in results[0]
+    assert "EPS" not in results[1]  # the operator's source stayed out of reach
+    assert "timed out" in results[3]
+    rec = json.loads((path / "record.json").read_text())
+    assert rec["end_reason"] == "model_stopped"  # the runner survived every attempt and finished the trial
+
+
+def test_too_many_gpus_is_a_clear_error():
+    with pytest.raises(AblateError, match="GPU"):
+        runner.gpu_slots(64)

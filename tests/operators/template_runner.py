@@ -1,0 +1,50 @@
+"""Runs every scripted template, for every config it lists, on its operator's smoke shapes and
+every input distribution, under the Triton CPU interpreter; prints JSON failures per template.
+
+Run as a subprocess: TRITON_INTERPRET must be set before triton is first imported.
+    python tests/operators/template_runner.py softmax layernorm ...
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import operators  # noqa: E402
+from operators._operator import load_module  # noqa: E402
+
+TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
+
+
+def configs(path: Path) -> list[dict]:
+    first = path.read_text().splitlines()[0]
+    return json.loads(first.removeprefix("# scripted-configs:"))
+
+
+def run(name: str) -> dict:
+    path = TEMPLATES / f"{name}.py"
+    op = operators.get(name)
+    report = {"configs": 0, "checks": 0, "failures": []}
+    for i, cfg in enumerate(configs(path)):
+        mod = load_module(path, f"template_{name}_{i}")
+        mod.CONFIG = cfg  # what the scripted policy does by rewriting the CONFIG line
+        report["configs"] += 1
+        for shape in op.shapes["smoke"]:
+            for seed, dist in enumerate(operators.DISTRIBUTIONS):
+                inputs = op.make_inputs(shape, seed, "cpu", dist)
+                try:
+                    ok, err, msg = op.verify(mod.kernel(*inputs), op.reference(*inputs), inputs, shape["dtype"])
+                except Exception as e:  # a crash is a failure to report, not to hide
+                    ok, msg = False, f"{type(e).__name__}: {e}"[:300]
+                report["checks"] += 1
+                if not ok:
+                    report["failures"].append(f"config {cfg} shape {shape} dist {dist}: {msg}")
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps({name: run(name) for name in sys.argv[1:]}))

@@ -1,0 +1,161 @@
+"""KernelBench problem files (small ones written for these tests) as operators."""
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import operators
+from ablate.errors import AblateError
+from operators import kernelbench
+from operators._operator import load_module
+
+DATA = Path(__file__).parent / "data" / "kernelbench"
+
+
+@pytest.fixture(autouse=True)
+def _forget_loaded():
+    yield
+    operators._loaded.clear()
+
+
+def _load(*names):
+    return {o.name: o for o in kernelbench.load(DATA, 1, list(names))}
+
+
+def _submission(tmp_path, text, name):
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(text))
+    return load_module(path, f"kb_submission_{name}")
+
+
+def test_loads_every_problem_in_number_order():
+    ops = kernelbench.load(DATA, 1)
+    assert [o.name for o in ops] == ["kernelbench/1_Square_matrix_multiplication_", "kernelbench/2_Linear_GELU",
+                                     "kernelbench/3_Log", "kernelbench/4_Sum_reduction_over_a_dimension"]
+    for op in ops:
+        assert op.shapes["smoke"] == op.shapes["public"] == op.shapes["eval"]
+        assert op.task_files["reference.py"].is_file() and "ModelNew" in op.goal
+        assert set(op.baselines) == {"torch_eager", "torch_compile", "torch_compile_max_autotune"}
+
+
+def test_select_by_number_or_stem_and_unknown_lists_valid():
+    assert list(_load("1", "3_Log")) == ["kernelbench/1_Square_matrix_multiplication_", "kernelbench/3_Log"]
+    with pytest.raises(AblateError, match="2_Linear_GELU"):
+        kernelbench.load(DATA, 1, ["77"])
+
+
+def test_bad_paths():
+    with pytest.raises(AblateError, match="level 2"):
+        kernelbench.load(DATA, 2)
+    with pytest.raises(AblateError, match="kernelbench.path"):
+        operators.load_set({"source": "kernelbench", "path": "???"})
+
+
+def test_reference_is_model_built_with_the_fixed_seed():
+    op = _load("2")["kernelbench/2_Linear_GELU"]
+    mod = load_module(op.task_files["reference.py"], "kb_ref_check")
+    torch.manual_seed(kernelbench.SEED)
+    model = mod.Model(*mod.get_init_inputs())
+    (x,) = op.make_inputs(op.shapes["eval"][0], 0, "cpu", "normal")
+    torch.manual_seed(123)  # the caller's RNG state must not matter
+    assert torch.equal(op.reference(x), model(x).detach())
+
+
+def test_normal_inputs_are_the_problems_own_and_other_dists_redraw():
+    op = _load("3")["kernelbench/3_Log"]
+    mod = load_module(op.task_files["reference.py"], "kb_inputs_check")
+    torch.manual_seed(5)
+    (native,) = mod.get_inputs()
+    (x,) = op.make_inputs(op.shapes["eval"][0], 5, "cpu", "normal")
+    assert torch.equal(x, native)
+    for dist in ("offset", "large", "uniform"):
+        (y,) = op.make_inputs(op.shapes["eval"][0], 5, "cpu", dist)
+        assert y.shape == native.shape and not torch.equal(y, native)
+        assert (y >= 0).all(), "log's inputs are non-negative in the problem, so they stay so"
+    (z,) = _load("2")["kernelbench/2_Linear_GELU"].make_inputs({"problem": "2_Linear_GELU"}, 5, "cpu", "large")
+    assert (z < 0).any()  # signed inputs stay signed
+
+
+def test_roofline_from_the_meta_device():
+    op = _load("1")["kernelbench/1_Square_matrix_multiplication_"]
+    shape = op.shapes["eval"][0]
+    assert op.flops(shape) == 2 * 48 ** 3
+    assert op.bytes(shape) == 3 * 48 * 48 * 4
+    lin = _load("2")["kernelbench/2_Linear_GELU"]
+    # inputs + weight + bias + output, float32
+    assert lin.bytes(lin.shapes["eval"][0]) == 4 * (6 * 20 + 12 * 20 + 12 + 6 * 12)
+
+
+def test_library_calls_from_the_model():
+    ops = _load("1", "2")
+    assert "torch.matmul" in ops["kernelbench/1_Square_matrix_multiplication_"].library_calls
+    assert "torch.rand" not in ops["kernelbench/1_Square_matrix_multiplication_"].library_calls
+    calls = ops["kernelbench/2_Linear_GELU"].library_calls
+    assert {"torch.nn.functional.gelu", "F.gelu"} <= set(calls)
+    assert "torch.nn.Linear" not in calls  # built in __init__: a ModelNew may keep it for its weights
+
+
+def test_reference_runs_on_float64_inputs():
+    """The evaluator computes references on float64 copies: parameters follow the inputs."""
+    op = _load("2")["kernelbench/2_Linear_GELU"]
+    (x,) = op.make_inputs(op.shapes["eval"][0], 0, "cpu", "normal")
+    wide = op.reference(x.double())
+    assert wide.dtype == torch.float64
+    assert torch.allclose(wide.float(), op.reference(x), atol=1e-5)
+
+
+def test_submission_as_kernel_or_modelnew(tmp_path):
+    op = _load("2")["kernelbench/2_Linear_GELU"]
+    shape = op.shapes["eval"][0]
+    inputs = op.make_inputs(shape, 1, "cpu", "large")
+    expected = op.reference(*inputs)
+    new = _submission(tmp_path, """
+        import torch
+        import torch.nn as nn
+
+        class ModelNew(nn.Module):
+            def __init__(self, i, o):
+                super().__init__()
+                self.linear = nn.Linear(i, o)  # same creation order as Model: same parameters
+
+            def forward(self, x):
+                return torch.nn.functional.gelu(x @ self.linear.weight.T + self.linear.bias)
+    """, "modelnew")
+    ok, _, msg = op.verify(op.kernel_of(new)(*inputs), expected, inputs, shape["dtype"])
+    assert ok, msg
+    wrong = _submission(tmp_path, """
+        import torch.nn as nn
+
+        class ModelNew(nn.Module):
+            def __init__(self, i, o):
+                super().__init__()
+                self.extra = nn.Linear(3, 3)  # created first: shifts the RNG, other weights
+                self.linear = nn.Linear(i, o)
+
+            def forward(self, x):
+                return nn.functional.gelu(self.linear(x))
+    """, "modelnew_wrong")
+    assert not op.verify(op.kernel_of(wrong)(*inputs), expected, inputs, shape["dtype"])[0]
+    mm = _load("1")["kernelbench/1_Square_matrix_multiplication_"]
+    fn = _submission(tmp_path, "def kernel(A, B):\n    return A @ B\n", "fn")
+    a_b = mm.make_inputs(mm.shapes["eval"][0], 0, "cpu", "normal")
+    assert mm.verify(mm.kernel_of(fn)(*a_b), mm.reference(*a_b), a_b)[0]
+    with pytest.raises(ValueError, match="ModelNew"):
+        mm.kernel_of(_submission(tmp_path, "x = 1\n", "nothing"))
+
+
+def test_integer_init_inputs_and_eager_baseline():
+    op = _load("4")["kernelbench/4_Sum_reduction_over_a_dimension"]
+    inputs = op.make_inputs(op.shapes["eval"][0], 0, "cpu", "offset")
+    out = op.reference(*inputs)
+    assert out.shape == (4, 1, 3)
+    assert op.verify(op.baselines["torch_eager"].fn(*inputs), out, inputs)[0]
+
+
+def test_load_set_registers_for_get_and_records_its_source():
+    ops = operators.load_set({"source": "kernelbench", "kernelbench": {"path": str(DATA), "level": 1},
+                              "names": ["3"]})
+    assert operators.get("kernelbench/3_Log") is ops[0]
+    again = operators.load_set(ops[0].source)  # the node that loads it in another process
+    assert [o.name for o in again] == ["kernelbench/3_Log"]
