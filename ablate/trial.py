@@ -70,10 +70,10 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def evaluate(operator: str, path: Path, shapes: str) -> dict[str, Any]:
+def evaluate(spec: TrialSpec, path: Path, shapes: str) -> dict[str, Any]:
     from ablate.evaluate import evaluate as judge  # the trusted evaluator, in its own processes
 
-    return judge(operator, path, shapes=shapes)
+    return judge(spec.operator, path, shapes=shapes, operator_set=spec.operator_set or None)
 
 
 def task_for(spec: TrialSpec, gpu: str | None) -> Task:
@@ -84,7 +84,7 @@ def task_for(spec: TrialSpec, gpu: str | None) -> Task:
     files = {name: Path(path).read_bytes() for name, path in op.task_files.items()}
     files["shapes.json"] = json.dumps(public, indent=1).encode()
     task = Task(spec.operator, op.goal, public, files, gpu,
-                evaluate_public=lambda path: evaluate(spec.operator, Path(path), shapes=spec.shapes["public"]))
+                evaluate_public=lambda path: evaluate(spec, Path(path), shapes=spec.shapes["public"]))
     files["task.md"] = task.prompt(Budget(**spec.budget)).encode()
     return task
 
@@ -108,7 +108,7 @@ def run_trial(spec: TrialSpec, store: Store, progress=None) -> Path:
             submitted = None
         if submitted is not None:
             (tmp / "kernel.py").write_bytes(submitted)
-            evaluation = evaluate(spec.operator, tmp / "kernel.py", shapes=spec.shapes["eval"])
+            evaluation = evaluate(spec, tmp / "kernel.py", shapes=spec.shapes["eval"])
         else:
             evaluation = {"verdict": "rejected", "reasons": ["no_submission"], "shapes": [], "timing": "none"}
         eval_s = time.monotonic() - t0

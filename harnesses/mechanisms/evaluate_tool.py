@@ -13,6 +13,7 @@ def brief(result: dict) -> dict:
     return {
         "verdict": result.get("verdict"),
         "reasons": result.get("reasons", []),
+        "details": result.get("details", {}),  # why it was rejected: the traceback, the first wrong element
         "timing": result.get("timing"),
         "shapes": [
             {k: s.get(k) for k in ("shape", "correct", "max_abs_error", "error", "time_ms", "best_baseline",

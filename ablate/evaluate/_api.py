@@ -1,0 +1,204 @@
+"""evaluate(): the supervisor. It checks the file, hands the request to a warm judge process,
+starts the candidate once the judge is ready (forked from a warm zygote on CPU, a fresh
+interpreter on GPU), watches it (time limit, memory limit, death) and returns the judge's verdict.
+It runs in the caller's process, so it imports nothing heavy (no torch) and runs no submitted code."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import operators
+from ablate.errors import AblateError
+from ablate.evaluate import _procs, _static
+from ablate.evaluate._procs import EvaluatorFailure, shutdown
+from ablate.evaluate._reasons import REASONS
+
+DEFAULT_TIMEOUT_S = {"cpu": 60.0, "cuda": 600.0}  # the candidate's run, from the moment the judge is ready
+JUDGE_TIMEOUT_S = 3600.0  # ceilings and baselines on a cold cache (torch.compile) can take minutes
+
+__all__ = ["EvaluatorFailure", "evaluate", "shutdown"]
+
+
+def _memtotal_gb() -> float:
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        return kb / 2**20
+    except (OSError, AttributeError):
+        return 16.0
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    def v(name):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return None
+
+    return {"name": None, "torch": v("torch"), "triton": v("triton"), "driver": None, "cuda": None}
+
+
+def _early(base: dict, code: str, message: str, start: float, passed=()) -> dict:
+    """A rejection decided from the file alone: no process was started."""
+    checks = {c: "fail" if c == code else "pass" if c in passed else "skip" for c in REASONS}
+    return {**base, "verdict": "rejected", "reasons": [code], "details": {code: message}, "timing": "none",
+            "device": _versions(), "ceilings": None, "checks": checks, "shapes": [], "geomean_speedup": None,
+            "seconds": round(time.monotonic() - start, 3)}
+
+
+def _operator_node(operator: str, operator_set: dict | None) -> dict | None:
+    """How the judge and the candidate load the operator: the conf/operators node, if any.
+    Registry operators need none (and are not imported here: no torch in this process);
+    operators loaded from an external format carry their node in `source`."""
+    if operator_set:
+        return dict(operator_set)
+    if operator in operators.REGISTRY:
+        return None
+    op = operators.get(operator)  # raises the one-line error listing the valid names
+    return dict(op.source) or None
+
+
+def evaluate(operator: str, submission: str | Path, shapes: str = "eval", seed: int | None = None,
+             timing: bool = True, *, device: str = "auto", cuda_graph: bool = False, draws: int = 3,
+             timeout_s: float | None = None, memory_limit_gb: float | None = None,
+             operator_set: dict | None = None) -> dict:
+    """Judge `submission` (a kernel.py) for `operator` on a shape set. Returns the result dict
+    (see the package docstring). Raises AblateError for bad arguments, EvaluatorFailure when the
+    evaluator itself breaks; a broken submission is a verdict, never an exception.
+
+    operator_set: the conf/operators node the operator came from, when it is not a plain
+    registry operator (external baselines, KernelBench, FlashInfer); the evaluator's processes
+    load it again. Operators loaded in this process with a `source` are found without it."""
+    start = time.monotonic()
+    node = _operator_node(operator, operator_set)
+    if device not in ("auto", "cpu", "cuda"):
+        raise AblateError(f"unknown device {device!r}; valid devices: auto, cpu, cuda")
+    if draws < 1:
+        raise AblateError("draws must be at least 1")
+    seed = int.from_bytes(os.urandom(8), "little") >> 1 if seed is None else int(seed)
+    base = {"operator": operator, "shape_set": shapes, "submission_sha256": None, "seed": seed, "sandbox": None}
+    path = Path(submission)
+    if not path.is_file():
+        return _early(base, "missing_file", f"{path}: no such file", start)
+    data = path.read_bytes()
+    base["submission_sha256"] = hashlib.sha256(data).hexdigest()
+    source = data.decode("utf-8", errors="replace")
+    tree, err = _static.parse(source)
+    if tree is None:
+        return _early(base, "syntax_error", err, start, passed={"missing_file"})
+    if not _static.defines_kernel(tree, source):
+        return _early(base, "no_kernel_function", "kernel.py defines no function named kernel", start,
+                      passed={"missing_file", "syntax_error"})
+    req = dict(operator=operator, operator_node=node, shape_set=shapes, seed=seed, device=device, draws=draws,
+               timing=bool(timing), cuda_graph=bool(cuda_graph))
+    result = _run(data, base, req, timeout_s, memory_limit_gb)
+    result["seconds"] = round(time.monotonic() - start, 3)
+    return result
+
+
+def _use_zygote(device: str) -> bool:
+    """Fork CPU candidates from a warm zygote (started alongside the judge) when no GPU is in
+    sight. ABLATE_EVAL_ZYGOTE=0 gives every candidate a fresh interpreter, as on a GPU."""
+    if os.environ.get("ABLATE_EVAL_ZYGOTE") == "0":
+        return False
+    return device == "cpu" or (device == "auto" and not os.path.exists("/dev/nvidiactl"))
+
+
+def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb) -> dict:
+    key = (req["device"], os.environ.get("CUDA_VISIBLE_DEVICES"))
+    zygote = _procs.ZYGOTES.acquire(key) if _use_zygote(req["device"]) else None
+    judge = _procs.JUDGES.acquire(key)
+    spare = None if zygote else _procs.SPARES.take(key, req["device"])  # importing torch already
+    work = spare.work if spare else _procs.workdir(zygote.root)
+    (work / "submission" / "kernel.py").write_bytes(data)  # a fresh directory: nothing stale sits next to it
+    cfg = {**req, "kernel": str(work / "submission" / "kernel.py"), "result": str(work / "result.jsonl"),
+           "outdir": str(work / "out"), "lock": str(work / "gpu.lock"), "nonce": secrets.token_hex(16),
+           "cache_dir": os.environ.get("ABLATE_CACHE_DIR") or str(Path.home() / ".cache" / "ablate")}
+    cand, judge_ok, zygote_ok = None, False, True
+    try:
+        judge.send(cfg)
+        t0 = time.monotonic()
+        ready = _answer(judge)
+        if ready.get("kind") == "error":
+            judge_ok = True  # a bad request; the judge itself is fine
+            raise AblateError(ready["message"])
+        dev = ready["device"]
+        phases = {"judge_ready": time.monotonic() - t0}
+        go = {**cfg, "device": dev}
+        if zygote is not None and dev == "cpu":
+            try:
+                if zygote.inner is None:
+                    zygote.start()
+                cand = _procs.Forked(zygote, go, work, req["device"])
+            except EvaluatorFailure:  # no warm start today: a fresh interpreter does the same job
+                zygote_ok = False
+        if cand is None:
+            cand = spare or _procs.Spawned(req["device"], work)
+            spare = None  # in use: no longer a spare to close
+            cand.go(go)
+        base["sandbox"] = cand.sandbox
+        limit = float(timeout_s or DEFAULT_TIMEOUT_S[dev])
+        mem_gb = float(memory_limit_gb or os.environ.get("ABLATE_EVAL_MEMORY_GB") or 0.5 * _memtotal_gb())
+        go_t, timed_out, oom = time.monotonic(), False, False
+        while (rc := cand.poll()) is None:
+            if time.monotonic() - go_t > limit:
+                timed_out = True
+                break
+            if cand.pid > 0 and _procs.tree_rss(cand.pid) > mem_gb * 2**30:
+                oom = True
+                break
+            if not judge.alive():
+                raise EvaluatorFailure(f"the judge process died: {judge.log_tail()}")
+            time.sleep(0.02)
+        if rc is None:
+            cand.kill()
+            deadline = time.monotonic() + 2
+            while (rc := cand.poll()) is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        phases["candidate"] = time.monotonic() - go_t
+        cand.kill()  # anything it left behind
+        parent_killed = isinstance(cand, _procs.Forked) and not zygote.alive()
+        zygote_ok = zygote_ok and not parent_killed
+        judge.send({"kind": "end", "returncode": rc, "timed_out": timed_out, "oom": oom, "limit_s": limit,
+                    "parent_killed": parent_killed, "memory_limit_gb": round(mem_gb, 1),
+                    "log_tail": _procs.tail(work / "candidate.log")})
+        t1 = time.monotonic()
+        msg = _answer(judge)
+        phases["judge_result"] = time.monotonic() - t1
+        judge_ok = msg.get("kind") == "result"
+        if not judge_ok:
+            raise EvaluatorFailure(f"unexpected message from the judge: {msg!r:.300}")
+        if isinstance(cand, _procs.Spawned):  # the next evaluation's candidate starts now, after the
+            _procs.SPARES.refill(key, req["device"])  # timing, so its start-up cannot disturb it
+        return {**base, **msg["result"], "phase_seconds": {k: round(v, 3) for k, v in phases.items()}}
+    finally:
+        if spare is not None:  # taken but never started: the bad request ended it
+            spare.close()
+        if cand is not None:
+            cand.kill()
+            if isinstance(cand, _procs.Spawned):
+                cand.log.close()
+        for pool, server, ok in ((_procs.JUDGES, judge, judge_ok), (_procs.ZYGOTES, zygote, zygote_ok)):
+            if server is None:
+                continue
+            if ok and server.alive():
+                pool.release(key, server)
+            else:
+                server.close()
+        if not os.environ.get("ABLATE_EVAL_KEEP"):
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _answer(judge) -> dict:
+    msg = judge.says(JUDGE_TIMEOUT_S)
+    if msg.get("kind") == "failure":
+        raise EvaluatorFailure(f"the judge process failed: {msg['message']}")
+    return msg
+
+

@@ -1,0 +1,43 @@
+"""Rejection reasons: one short code per failure class. ``result["checks"]`` has one entry per
+code ("pass" | "fail" | "skip"), so reports can count how many submissions each check rejected."""
+
+REASONS: dict[str, str] = {
+    # the file itself (decided before any process starts)
+    "missing_file": "the submission path is not a file",
+    "syntax_error": "kernel.py does not parse",
+    "no_kernel_function": "kernel.py defines no callable named kernel",
+    "library_passthrough": "the source calls the library it should beat, or the reference (static scan)",
+    # importing and calling it (candidate process)
+    "import_error": "importing kernel.py raised (a module or artefact outside the submission, for one)",
+    "bad_signature": "kernel cannot be called with the operator's inputs",
+    "exception": "kernel raised an exception",
+    "crash": "the candidate process died (segfault, illegal memory access, os._exit, CUDA error)",
+    "timeout": "the candidate ran past its time limit",
+    "oom": "the candidate ran out of memory or past its memory limit",
+    # its outputs
+    "output_not_dense": "an output is not a plain dense torch.Tensor (subclass, lazy object, sparse, overlapping)",
+    "wrong_shape": "an output has the wrong shape (or the wrong number of outputs)",
+    "wrong_dtype": "an output has the wrong dtype",
+    "wrong_device": "an output is on the wrong device",
+    "incorrect": "an output differs from the reference beyond the dtype's tolerance, or holds NaN",
+    "input_mutated": "the kernel changed its inputs",
+    "output_aliases_input": "an output shares memory with an input",
+    "thread_injection": "a thread started by the kernel was still alive after the call returned",
+    # its timing
+    "stale_output": "the output of a call inside the timed loop is wrong (caching, timed-loop skipping)",
+    "timer_tampered": "a timing function was replaced after the submission was imported",
+    "driver_tampered": "an evaluation-driver function was replaced, or its report is not genuine",
+    "stream_mismatch": "wall-clock time with a full device sync far exceeds the event time (side stream)",
+    "below_roofline": "faster than the measured memory or compute ceiling allows",
+    "l2_persistence": "the kernel reserved persisting L2 or set an access-policy window",
+    "graph_capture_failed": "--cuda-graph: the kernel could not be captured in a CUDA graph",
+}
+
+# Timing-related names watched for identity (a replacement is timer_tampered, not driver_tampered).
+TIMER_NAMES = (
+    "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "statistics.median",
+    "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
+    "torch.cuda.Event.synchronize", "torch._C._CudaEventBase.record",
+    "torch._C._CudaEventBase.elapsed_time", "torch.cuda.synchronize", "torch.cuda.current_stream",
+    "torch.cuda.CUDAGraph.replay",
+)

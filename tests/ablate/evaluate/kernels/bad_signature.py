@@ -1,0 +1,5 @@
+"""Takes one argument; rmsnorm has two inputs."""
+
+
+def kernel(x):
+    return x

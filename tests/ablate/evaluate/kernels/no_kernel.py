@@ -1,0 +1,5 @@
+"""Defines the wrong name."""
+
+
+def rmsnorm(x, weight):
+    return x

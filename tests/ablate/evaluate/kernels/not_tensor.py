@@ -1,0 +1,7 @@
+"""Returns a list of rows instead of a tensor."""
+import torch
+
+
+def kernel(x, weight):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).tolist()

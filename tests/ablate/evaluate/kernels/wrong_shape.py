@@ -1,0 +1,8 @@
+"""Drops the last column (a dense tensor of the wrong shape)."""
+import torch
+
+
+def kernel(x, weight):
+    xf = x.float()
+    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).to(x.dtype)
+    return y[:, :-1].contiguous()

@@ -1,0 +1,182 @@
+"""evaluate() end to end on the CPU: the result contract, bad input, and isolation (a crash, a
+hang or a memory blow-up of the candidate is a verdict; the caller carries on)."""
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ablate.errors import AblateError
+from ablate.evaluate import REASONS, evaluate
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_honest_triton_kernel_is_accepted_with_the_full_contract(judged):
+    r = judged("honest_triton", draws=3)
+    assert r["verdict"] == "accepted" and r["reasons"] == [], r.get("details")
+    assert r["timing"] == "cpu-interpreted" and r["device"]["name"] == "cpu" and r["ceilings"] is None
+    assert r["operator"] == "rmsnorm" and r["shape_set"] == "smoke" and len(r["submission_sha256"]) == 64
+    assert set(r["checks"]) == set(REASONS) and "fail" not in r["checks"].values()
+    for check in ("incorrect", "input_mutated", "stale_output", "thread_injection", "crash", "timer_tampered"):
+        assert r["checks"][check] == "pass", check
+    assert r["checks"]["below_roofline"] == "skip"  # no ceilings on a CPU
+    assert [s["shape_id"] for s in r["shapes"]] == ["M=8,N=512,dtype=bfloat16", "M=5,N=1000,dtype=bfloat16"]
+    for s in r["shapes"]:
+        assert s["correct"] and s["error"] is None and 0 < s["max_abs_error"] < 0.1
+        assert s["time_ms"]["n"] >= 3 and s["time_ms"]["p10"] <= s["time_ms"]["median"] <= s["time_ms"]["p90"]
+        assert set(s["baselines_ms"]) == {"torch_eager", "torch_F.rms_norm"}
+        assert s["baselines_skipped"]["torch_compile"] == "needs CUDA"
+        assert s["speedup_vs_best"] == pytest.approx(s["baselines_ms"][s["best_baseline"]] / s["time_ms"]["median"])
+        assert s["sol_fraction"] is None
+    assert r["geomean_speedup"] > 0 and r["seconds"] > 0
+
+
+def test_same_seed_same_inputs_fresh_seed_otherwise(judged):
+    a, b = judged("honest_triton", draws=3), judged("honest_triton", draws=3, timing=False)
+    assert a["seed"] == b["seed"] == 7
+    assert [s["max_abs_error"] for s in a["shapes"]] == [s["max_abs_error"] for s in b["shapes"]]
+    assert b["timing"] == "none" and all(s["time_ms"] is None for s in b["shapes"])
+    fresh = evaluate("rmsnorm", Path(__file__).parent / "kernels" / "honest_torch.py", shapes="smoke", draws=1)
+    assert fresh["verdict"] == "accepted" and fresh["seed"] != 7
+
+
+def test_missing_file(tmp_path):
+    r = evaluate("rmsnorm", tmp_path / "kernel.py", shapes="smoke")
+    assert r["verdict"] == "rejected" and r["reasons"] == ["missing_file"] and r["checks"]["missing_file"] == "fail"
+
+
+def test_syntax_error_and_missing_kernel_are_decided_without_a_process(kernels):
+    r = evaluate("rmsnorm", kernels / "syntax_error.py", shapes="smoke")
+    assert r["reasons"] == ["syntax_error"] and "line 4" in r["details"]["syntax_error"] and r["seconds"] < 2
+    r = evaluate("rmsnorm", kernels / "no_kernel.py", shapes="smoke")
+    assert r["reasons"] == ["no_kernel_function"] and r["checks"]["syntax_error"] == "pass"
+
+
+def test_dynamic_file_without_kernel_is_caught_at_run_time(judged):
+    assert judged("dynamic_no_kernel", draws=1)["reasons"] == ["no_kernel_function"]
+
+
+def test_wrong_signature(judged):
+    r = judged("bad_signature", draws=1)
+    assert r["reasons"] == ["bad_signature"] and "kernel(x)" in r["details"]["bad_signature"]
+
+
+def test_bad_arguments_raise_one_line_errors(kernels):
+    with pytest.raises(AblateError, match="unknown operator 'nope'; valid operators: .*rmsnorm"):
+        evaluate("nope", kernels / "honest_torch.py")
+    with pytest.raises(AblateError, match="no shape set 'huge'; valid sets: smoke, public, eval"):
+        evaluate("rmsnorm", kernels / "honest_torch.py", shapes="huge")
+
+
+def test_exception_is_a_verdict_with_the_traceback(judged):
+    r = judged("raises", draws=1)
+    assert r["reasons"] == ["exception"] and "not implemented yet" in r["details"]["exception"]
+    assert not r["shapes"][0]["correct"]
+
+
+def test_segfault_is_a_crash(judged):
+    r = judged("segfault", draws=1)
+    assert r["reasons"] == ["crash"] and "signal 11" in r["details"]["crash"]
+    assert r["shapes"][0]["error"] == "crash while running this shape"
+
+
+def test_os_exit_before_reporting_is_a_crash(judged):
+    r = judged("os_exit", draws=1)
+    assert r["reasons"] == ["crash"] and "code 0" in r["details"]["crash"]
+
+
+def test_hang_is_a_timeout(judged):
+    r = judged("hang", draws=1, timeout_s=2)
+    assert r["reasons"] == ["timeout"] and r["seconds"] < 30
+
+
+def test_memory_blowup_is_oom(judged):
+    r = judged("memory_blowup", draws=1, memory_limit_gb=1.5)
+    assert r["reasons"] == ["oom"]
+
+
+def test_submission_runs_from_a_fresh_copy_with_fresh_caches(judged):
+    # the kernel fails if a marker left in its compiler cache by an earlier evaluation is visible
+    first, second = judged("cache_marker", draws=1), judged("cache_marker", draws=1, seed=8)
+    assert first["verdict"] == second["verdict"] == "accepted", second.get("details")
+
+
+def test_candidate_cannot_write_outside_its_directory(kernels):
+    target_dir = Path(tempfile.mkdtemp(dir=ROOT / "tests"))  # stands in for the operator folder / cache
+    try:
+        target = target_dir / "reference.py"
+        target.write_text("original")
+        os.environ["TAMPER_TARGET"] = str(target)
+        r = evaluate("rmsnorm", kernels / "sandbox_escape.py", shapes="smoke", draws=1)
+        if r["sandbox"] != "bwrap":
+            pytest.skip("bubblewrap is not usable here")
+        assert target.read_text() == "original"
+        assert r["verdict"] == "accepted"
+    finally:
+        os.environ.pop("TAMPER_TARGET", None)
+        shutil.rmtree(target_dir)
+
+
+def test_a_candidate_that_kills_its_parent_is_rejected_and_the_next_evaluation_works(judged):
+    r = judged("kill_parent", draws=1)
+    assert r["verdict"] == "rejected" and {"crash", "driver_tampered"} & set(r["reasons"])
+    assert judged("honest_torch", draws=1, seed=9)["verdict"] == "accepted"
+
+
+def test_processes_a_candidate_leaves_behind_are_killed(judged):
+    import subprocess
+
+    r = judged("daemon", draws=1)
+    assert r["verdict"] == "accepted"
+    if r["sandbox"] != "bwrap":
+        pytest.skip("without a PID namespace a detached process escapes the process tree")
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 600.4242" not in ps
+
+
+@pytest.mark.parametrize("name,reason", [("honest_triton", None), ("segfault", "crash"), ("hang", "timeout"),
+                                         ("output_cache", "stale_output")])
+def test_fresh_interpreter_path_as_on_a_gpu(monkeypatch, kernels, name, reason):
+    """Without the warm zygote every candidate is a fresh interpreter (what a GPU evaluation uses)."""
+    monkeypatch.setenv("ABLATE_EVAL_ZYGOTE", "0")
+    r = evaluate("rmsnorm", kernels / f"{name}.py", shapes="smoke", seed=3, draws=1,
+                 timeout_s=4 if name == "hang" else 60)
+    assert r["reasons"] == ([reason] if reason else []), r["details"]
+    if reason == "crash":
+        assert "signal 11" in r["details"]["crash"]
+
+
+@pytest.mark.parametrize("name", sorted(__import__("operators").REGISTRY))
+def test_every_registered_operator_is_judged(tmp_path, name):
+    """The reference itself, submitted as the kernel: right on every smoke shape (custom checks,
+    several outputs, integer inputs included), and a passthrough all the same."""
+    (tmp_path / "kernel.py").write_text(f"import operators\n_op = operators.get({name!r})\n\n"
+                                        "def kernel(*inputs):\n    return _op.reference(*inputs)\n")
+    r = evaluate(name, tmp_path / "kernel.py", shapes="smoke", seed=1, draws=1)
+    assert r["reasons"] == ["library_passthrough"], r["details"]
+    assert r["shapes"] and all(s["correct"] for s in r["shapes"]), r["details"]
+
+
+def test_operator_check_rejects_wrong_topk(tmp_path):
+    (tmp_path / "kernel.py").write_text("import torch\n\ndef kernel(x, k):\n    v, i = x.float().sort(-1)\n"
+                                        "    return v[:, :k].to(x.dtype).contiguous(), i[:, :k].contiguous()\n")
+    r = evaluate("topk", tmp_path / "kernel.py", shapes="smoke", seed=1, draws=1)  # the k smallest
+    assert "incorrect" in r["reasons"] and "values differ" in r["details"]["incorrect"]
+
+
+def test_kernelbench_problem_with_a_modelnew_submission(tmp_path):
+    level = tmp_path / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    (level / "1_ReLU.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(16, 64)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    (tmp_path / "kernel.py").write_text(
+        "import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        return x.clamp(min=0)\n")
+    node = {"source": "kernelbench", "path": str(tmp_path), "level": 1}
+    r = evaluate("kernelbench/1_ReLU", tmp_path / "kernel.py", shapes="smoke", seed=1, draws=1, operator_set=node)
+    assert r["verdict"] == "accepted", r["details"]
+    assert r["operator"] == "kernelbench/1_ReLU" and r["shapes"][0]["correct"]
