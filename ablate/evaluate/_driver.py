@@ -200,6 +200,13 @@ class Driver:
     def run(self, path: str) -> None:
         from ablate.evaluate._common import classify
 
+        if self.device == "cuda":  # snapshot persisting-L2 state before the candidate's code runs
+            import torch
+
+            from ablate.evaluate._gpu import L2Guard
+
+            torch.zeros(1, device="cuda")  # a current context, so the driver calls can answer
+            self.l2 = L2Guard()
         spec = importlib.util.spec_from_file_location("kernel", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules["kernel"] = module
@@ -219,10 +226,7 @@ class Driver:
         if not callable(self.fn):
             return self.ch.send("import", reason="no_kernel_function", message="kernel.py defines no callable kernel")
         failures = self.tampered()  # tampering is reported and the kernel still judged
-        if self.device == "cuda":
-            from ablate.evaluate._gpu import L2Guard
-
-            self.l2 = L2Guard()
+        if self.l2 is not None:
             if self.l2.available and self.l2.used():
                 failures["l2_persistence"] = "persisting L2 reserved at import"
                 self.l2.reset()

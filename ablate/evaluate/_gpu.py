@@ -74,29 +74,38 @@ class L2Guard:
         except OSError:
             return
         self._zero_window = (ctypes.c_ubyte * 64)()  # CUstreamAttrValue (a 64-byte union), all zero
+        # The state before the candidate is imported. A driver or platform may start with a non-zero
+        # persisting-L2 limit; only a change the candidate makes counts (and reset restores this).
+        self.baseline = self._state()
 
     @property
     def available(self) -> bool:
         return self.lib is not None
 
-    def used(self) -> bool:
-        """True when the kernel reserved persisting L2 or left an access-policy window."""
-        if not self.lib:
-            return False
+    def _state(self) -> tuple[int | None, int | None]:
+        """(persisting-L2 limit, access-policy window bytes on the current stream); None where unreadable."""
         limit = ctypes.c_size_t(0)
-        if self.lib.cuCtxGetLimit(ctypes.byref(limit), self.LIMIT) == 0 and limit.value > 0:
-            return True
+        limit_value = limit.value if self.lib.cuCtxGetLimit(ctypes.byref(limit), self.LIMIT) == 0 else None
         value = (ctypes.c_ubyte * 64)()
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        window = None
         if self.lib.cuStreamGetAttribute(stream, self.WINDOW, ctypes.byref(value)) == 0:
-            num_bytes = ctypes.c_size_t.from_buffer(value, 8).value  # CUaccessPolicyWindow.num_bytes
-            return num_bytes > 0
-        return False
+            window = ctypes.c_size_t.from_buffer(value, 8).value  # CUaccessPolicyWindow.num_bytes
+        return limit_value, window
+
+    def used(self) -> bool:
+        """True when the kernel raised the persisting-L2 limit or set an access-policy window."""
+        if not self.lib:
+            return False
+        limit, window = self._state()
+        base_limit, base_window = self.baseline
+        grew = lambda now, before: now is not None and now > (before or 0)  # noqa: E731
+        return grew(limit, base_limit) or grew(window, base_window)
 
     def reset(self) -> None:
         if not self.lib:
             return
-        self.lib.cuCtxSetLimit(self.LIMIT, ctypes.c_size_t(0))
+        self.lib.cuCtxSetLimit(self.LIMIT, ctypes.c_size_t(self.baseline[0] or 0))
         self.lib.cuCtxResetPersistingL2Cache()
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self.lib.cuStreamSetAttribute(stream, self.WINDOW, ctypes.byref(self._zero_window))
