@@ -5,7 +5,7 @@ import torch
 
 from operators._baselines import compile_baselines, liger_unavailable
 from operators._inputs import dtype_of, esize, generator, tensor
-from operators._operator import Baseline, Operator, load_module
+from operators._operator import Baseline, Operator, ROUNDED_ONCE_TOLERANCE, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "operators.layernorm.reference")
@@ -57,7 +57,7 @@ OPERATOR = Operator(
     reference=_ref.reference,
     make_inputs=make_inputs,
     shapes={"smoke": SMOKE, "public": PUBLIC, "eval": PUBLIC + HIDDEN},
-    tolerance={"bfloat16": (1e-2, 1.6e-2), "float16": (1e-3, 1e-3), "float32": (1e-5, 1e-5)},
+    tolerance=ROUNDED_ONCE_TOLERANCE,
     bytes=_bytes,
     flops=_flops,
     baselines={
