@@ -140,9 +140,11 @@ def main() -> int:
     for _ in range(repeats):
         r = evaluate("rmsnorm", honest, shapes=shapes, device=device, draws=1)
         medians.append(r["shapes"][0]["time_ms"]["median"])
+        print(f"(a) {len(medians)}/{repeats}: median {medians[-1]:.4f} ms", flush=True)
     cv = statistics.pstdev(medians) / statistics.mean(medians)
     results["a_stability"] = {"medians_ms": medians, "cv": cv, "target_cv": 0.01, "met": cv <= 0.01,
                               "shape": r["shapes"][0]["shape_id"]}
+    save_partial(a.out, results)  # a run cut short still leaves what it measured
 
     # (b) agreement with triton.testing.do_bench on the first shape of the set
     op = operators.get("rmsnorm")
@@ -162,6 +164,8 @@ def main() -> int:
             row["do_bench_ms"] = triton.testing.do_bench(lambda: fn(*inputs), return_mode="median")
             row["ratio"] = row["evaluator_ms"] / row["do_bench_ms"]
         rows.append(row)
+        print(f"(b) {name}: evaluator {row['evaluator_ms']} ms, do_bench {row['do_bench_ms']} ms", flush=True)
+        save_partial(a.out, dict(results, b_agreement_so_far=rows))
     ratios = [x["ratio"] for x in rows if x["ratio"]]
     results["b_agreement"] = {"shape": r["shapes"][0]["shape_id"], "rows": rows, "target": "0.95 <= ratio <= 1.05",
                               "met": bool(ratios) and all(0.95 <= x <= 1.05 for x in ratios)}
@@ -181,6 +185,10 @@ def main() -> int:
     (a.out / "results.md").write_text(markdown(results))
     print(markdown(results))
     return 0
+
+
+def save_partial(out: Path, results: dict) -> None:
+    (out / "results.json").write_text(json.dumps(results, indent=1))
 
 
 def markdown(res: dict) -> str:
