@@ -66,3 +66,15 @@ def test_sandbox_attempts_end_cleanly_and_the_record_shows_them(tmp_path):
 def test_too_many_gpus_is_a_clear_error():
     with pytest.raises(AblateError, match="GPU"):
         runner.gpu_slots(64)
+
+
+def test_parallel_slots_run_each_trial_in_its_own_process(tmp_path):
+    """The multi-GPU path (one trial per GPU, each in a process of its own), with two CPU slots."""
+    from ablate.store import Store
+
+    specs = runner.plan(cfg(tmp_path))
+    lines = []
+    paths = runner._run_parallel(specs, Store(tmp_path / "store"), [None, None], lines.append)
+    assert len(paths) == 2 and all((p / "record.json").is_file() for p in paths)
+    assert {json.loads((p / "record.json").read_text())["seed"] for p in paths} == {0, 1}
+    assert sum("rejected (no_submission)" in line for line in lines) == 2
