@@ -125,7 +125,7 @@ def run_loop(model: Model, system: str, prompt: str, tools: dict[str, Tool], bud
         for call in response.tool_calls:
             tool_result = _run_tool(tools, call)
             result.tool_s += tool_result.seconds
-            result.gpu_s += getattr(tool_result, "gpu_seconds", 0.0)
+            result.gpu_s += tool_result.gpu_seconds
             if tool_result.submitted:
                 deferral = next((msg for check in before_submit if (msg := check(state))), None)
                 if deferral:

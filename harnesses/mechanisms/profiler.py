@@ -56,7 +56,7 @@ class Profiler(Mechanism):
             r = ws.run("python .profile.py")
             status = "timed out" if r.timed_out else f"exit code {r.exit_code}"
             return ToolResult(f"{r.output}\n[{status}]", is_error=r.exit_code != 0, seconds=r.seconds,
-                              **({"gpu_seconds": r.gpu_seconds} if hasattr(r, "gpu_seconds") else {}))
+                              gpu_seconds=r.gpu_seconds)
 
         spec = ToolSpec("profile", "Profile kernel.py on the first public shape.",
                         {"type": "object", "properties": {}, "required": []})

@@ -6,7 +6,7 @@ import torch
 from operators._baselines import compile_baselines
 from operators._checks import scaled_allclose
 from operators._inputs import dtype_of, esize, generator, tensor
-from operators._operator import Baseline, Operator, load_module
+from operators._operator import Baseline, Operator, ROUNDED_ONCE_TOLERANCE, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "operators.attention.reference")
@@ -66,7 +66,7 @@ HIDDEN = [
     {"B": 2, "H": 24, "S": 3000, "D": 128, "dtype": "bfloat16"},
 ]
 
-TOLERANCE = {"bfloat16": (1e-2, 1.6e-2), "float16": (1e-3, 1e-3), "float32": (1e-5, 1e-5)}
+TOLERANCE = ROUNDED_ONCE_TOLERANCE
 
 OPERATOR = Operator(
     name="attention",

@@ -1,5 +1,4 @@
 """Every option of every config group composes; the user's commands compose as written."""
-import os
 from pathlib import Path
 
 import pytest

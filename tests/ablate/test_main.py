@@ -33,7 +33,6 @@ def test_default_study_runs_offline_and_prints_the_ratio(tmp_path):
         assert x["model"]["id"] == "scripted-kernel-search-v1" and x["end_reason"] == "submitted"
         assert x["evaluation"]["verdict"] == "accepted", x["evaluation"].get("reasons")
         assert x["evaluation"]["timing"] == "cpu-interpreted"
-        d = Path(x["_dir"]) if "_dir" in x else None
     trial_dirs = [p.parent for p in (tmp_path / "default").rglob("record.json")]
     for d in trial_dirs:
         assert (d / "kernel.py").is_file() and (d / "transcript.jsonl").is_file() and (d / "model_calls.jsonl").is_file()

@@ -5,7 +5,7 @@ import pytest
 
 import harnesses
 from ablate.errors import AblateError
-from ablate.models import Message, Response, ToolCall, Usage
+from ablate.models import Response, ToolCall, Usage
 from ablate.sandbox import Limits, Workspace
 from harnesses import Budget, Task
 from harnesses.mechanisms.knowledge import WIKI
@@ -113,7 +113,7 @@ def test_evaluate_tool_uses_the_trusted_evaluator_callback(ws):
 
 def test_profiler_runs_its_script_in_the_workspace(ws, monkeypatch):
     ran = []
-    monkeypatch.setattr(ws, "run", lambda cmd, *a, **k: ran.append(cmd) or type("R", (), {"output": "table", "exit_code": 0, "timed_out": False, "seconds": 0.1})())
+    monkeypatch.setattr(ws, "run", lambda cmd, *a, **k: ran.append(cmd) or type("R", (), {"output": "table", "exit_code": 0, "timed_out": False, "seconds": 0.1, "gpu_seconds": 0.0})())
     h = harnesses.build({"name": "p", "mechanisms": {"profiler": {"reps": 3}}})
     r = h.run(Scripted([WRITE, ("profile", {}), ("submit", {})]), task(), ws, Budget(turns=5))
     assert ran == ["python .profile.py"] and "REPS" not in (ws.path / ".profile.py").read_text()
