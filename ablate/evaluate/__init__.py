@@ -34,8 +34,13 @@ rejected. CPU: Triton's interpreter, a handful of calls, labelled "cpu-interpret
 Result keys: verdict, reasons, details {reason: message}, operator, shape_set, submission_sha256,
 seed, sandbox ("bwrap" | "process"), timing ("cuda-events" | "cuda-graph" | "cpu-interpreted" |
 "none"), device, ceilings, checks {reason: pass|fail|skip}, shapes [{shape, shape_id, correct, max_abs_error, error, time_ms,
-wall_ms, baselines_ms, baselines_skipped, best_baseline, speedup_vs_best, sol_fraction}],
-geomean_speedup (accepted submissions only), draws, seconds, phase_seconds.
+wall_ms, baselines_ms, baselines_skipped, best_baseline, speedup_vs_best, sol_fraction, seconds}],
+geomean_speedup (accepted submissions only), draws, seconds, phase_seconds. A shape's `seconds`
+says where the evaluation's time went: the judge's references, its comparing (of each input
+set's outputs as the candidate sends them, then of the rest after its report) and waiting, and
+the candidate's own (unverified, diagnostic) account: check, outputs, timing, first_call_ms (a
+fresh process compiles the kernel there). phase_seconds: judge_ready, candidate_start (from the
+judge being ready to the candidate's import report), candidate, judge_result.
 
 Environment: ABLATE_CACHE_DIR (default ~/.cache/ablate), ABLATE_EVAL_SANDBOX=none (no bubblewrap),
 ABLATE_EVAL_ZYGOTE=0 (CPU candidates in fresh interpreters too), ABLATE_EVAL_SPARE=0 (no fresh

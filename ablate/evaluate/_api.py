@@ -176,7 +176,10 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb) -> dict
             raise EvaluatorFailure(f"unexpected message from the judge: {msg!r:.300}")
         if isinstance(cand, _procs.Spawned):  # the next evaluation's candidate starts now, after the
             _procs.SPARES.refill(key, req["device"])  # timing, so its start-up cannot disturb it
-        return {**base, **msg["result"], "phase_seconds": {k: round(v, 3) for k, v in phases.items()}}
+        result = dict(msg["result"])
+        # from "go" to the candidate's import report: its start-up, unless a spare was ready
+        phases["candidate_start"] = result.pop("candidate_start_s", None) or 0.0
+        return {**base, **result, "phase_seconds": {k: round(v, 3) for k, v in phases.items()}}
     finally:
         if spare is not None:  # taken but never started: the bad request ended it
             spare.close()

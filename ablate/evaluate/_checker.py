@@ -43,6 +43,7 @@ class Tail:
         self.imported = None  # the "import" message
         self.progress = -1
         self.shapes: dict[int, dict] = {}
+        self.outputs: dict[tuple[int, int], dict] = {}  # (shape, set): {"file", "entries"}, sent as written
         self.done = False
         self.forged = 0
 
@@ -81,6 +82,11 @@ class Tail:
             if index in self.shapes:
                 self.forged += 1
             self.shapes.setdefault(index, msg)
+        elif kind == "output":
+            key = (int(msg["index"]), int(msg["set"]))
+            if key in self.outputs:
+                self.forged += 1
+            self.outputs.setdefault(key, {"file": msg["file"], "entries": msg["entries"]})
         elif kind == "done":
             self.done = True
 
@@ -107,6 +113,7 @@ class Judge:
         self.cfg, self.send, self.lines = cfg, send, lines
         self.end: dict | None = None
         self.rng = random.Random(os.urandom(16))
+        self.candidate_start_s = 0.0  # from "ready" to the candidate's import report
 
     # -- setup -------------------------------------------------------------------------------
     def setup(self):
@@ -217,10 +224,14 @@ class Judge:
                 fails.setdefault("incorrect", msg)
         return fails, worst
 
-    def load(self, path: str, expected_path: str):
+    def load(self, item: dict, expected_path: str) -> list:
+        """One set's outputs as the driver reported them ({"file", "entries"}), on the judge's device."""
+        from ablate.evaluate import _outputs
+
+        path = item["file"]
         if os.path.realpath(path) != os.path.realpath(expected_path) or not os.path.isfile(path):
             raise ValueError(f"output file {path!r} is not where the driver writes")
-        return self.torch.load(path, weights_only=True, map_location=self.device)
+        return _outputs.read(path, item["entries"], self.device)
 
     # -- baselines ---------------------------------------------------------------------------
     def baselines(self, shape: dict) -> dict:
@@ -297,24 +308,35 @@ class Judge:
                 self.end = json.loads(line)
 
     # -- judging -----------------------------------------------------------------------------
-    def judge_shape(self, i: int, shape: dict, prep: dict, report: dict, base: dict) -> tuple[dict, dict, set]:
+    def check_set(self, i: int, k: int, item, prep: dict) -> tuple[dict[str, str], float | None]:
+        """Failures and max error of the outputs of input set k of shape i, as the driver reported them."""
+        try:
+            outs = self.load(item, os.path.join(self.cfg["outdir"], f"s{i}_c{k}.out"))
+        except Exception as e:
+            return {"driver_tampered": f"unreadable output: {e}"}, None
+        f, err = self.check_outputs(outs, prep, k)
+        dist, d = input_sets(self.cfg["draws"])[k]
+        return {reason: f"{dist} draw {d}: {msg}" for reason, msg in f.items()}, err
+
+    def judge_shape(self, i: int, shape: dict, prep: dict, report: dict, base: dict,
+                    checked: dict | None = None) -> tuple[dict, dict, set]:
+        """The row of shape i. `checked`: {set: (item, result of check_set)} done while the
+        candidate was still running; each must match what its final report lists."""
         from operators import shape_id
 
-        outdir = self.cfg["outdir"]
         fails = {k: str(v) for k, v in (report.get("failures") or {}).items() if k in REASONS}
         ran = {"bad_signature", "exception"}
         row = self.row(shape, base)
-        worst, files = 0.0, report.get("files") or []
-        for k, path in enumerate(files):
-            try:
-                outs = self.load(path, os.path.join(outdir, f"s{i}_c{k}.pt"))
-            except Exception as e:
-                fails.setdefault("driver_tampered", f"unreadable output: {e}")
+        worst, files, checked = 0.0, report.get("files") or [], checked or {}
+        for k, item in enumerate(files):
+            if k in checked and checked[k][0] != item:
+                fails.setdefault("driver_tampered", f"set {k}: the report lists other outputs than were sent")
                 break
-            f, err = self.check_outputs(outs, prep, k)
-            dist, d = input_sets(self.cfg["draws"])[k]
+            f, err = checked[k][1] if k in checked else self.check_set(i, k, item, prep)
             for reason, msg in f.items():
-                fails.setdefault(reason, f"{dist} draw {d}: {msg}")
+                fails.setdefault(reason, msg)
+            if "driver_tampered" in f:
+                break
             if err is not None:
                 worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
         complete = len(files) == len(prep["refs"])
@@ -333,7 +355,7 @@ class Judge:
                 k = int(t["set"])
                 try:
                     j = timing_sources(self.cfg["draws"]).index(k)
-                    outs = self.load(t["file"], os.path.join(outdir, f"s{i}_t{j}.pt"))
+                    outs = self.load(t, os.path.join(self.cfg["outdir"], f"s{i}_t{j}.out"))
                 except Exception as e:
                     fails.setdefault("driver_tampered", f"unreadable timed output: {e}")
                     continue
@@ -402,7 +424,9 @@ class Judge:
         if self.passthrough:
             reasons["library_passthrough"] = "uses " + ", ".join(self.passthrough)
         rows: list[dict] = []
+        t_ready = time.perf_counter()
         imported = self.wait(tail, lambda: tail.imported is not None)
+        self.candidate_start_s = time.perf_counter() - t_ready
         msg = tail.imported or {}
         failures = msg.get("failures") if isinstance(msg.get("failures"), dict) else {}
         for k, v in failures.items():  # tampering found at import: reported, and the kernel still judged
@@ -413,26 +437,67 @@ class Judge:
             reasons.setdefault(code if code in REASONS else "driver_tampered", str(msg.get("message")))
         elif imported:
             ran |= {"no_kernel_function", "import_error", "timer_tampered", "driver_tampered"}
-            sets = range(len(input_sets(cfg["draws"])))
-            for i, shape in enumerate(self.shapes):
-                prep = self.prepare(shape, sets, keep_inputs=False)
-                if not self.wait(tail, lambda: i in tail.shapes):
-                    break
-                try:
-                    row, fails, shape_ran = self.judge_shape(i, shape, prep, tail.shapes[i], bases[i])
-                except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-                    row, shape_ran = self.row(shape, bases[i]), set()
-                    fails = {"driver_tampered": f"malformed report: {type(e).__name__}: {e}"}
-                    row["error"] = fails["driver_tampered"]
-                rows.append(row)
-                ran |= shape_ran
-                for f in Path(cfg["outdir"]).glob(f"s{i}_*.pt"):  # outputs can be GBs: free them now
-                    f.unlink(missing_ok=True)
-                for k, v in fails.items():
-                    reasons.setdefault(k, f"{row['shape_id']}: {v}")
-                del prep
+            rows = self.judge_shapes(tail, bases, reasons, ran)
         self.wait(tail, lambda: False)  # until the supervisor reports how the candidate ended
         self.send(kind="result", result=self.assemble(tail, rows, reasons, ran, bases))
+
+    def judge_shapes(self, tail: Tail, bases: list, reasons: dict, ran: set) -> list[dict]:
+        """Rows of the shapes the candidate reported, in order; their failures go into `reasons`."""
+        rows = []
+        for i, shape in enumerate(self.shapes):
+            try:
+                row, fails, shape_ran = self.shape_result(i, shape, tail, bases[i])
+            except self.torch.OutOfMemoryError as e:  # the candidate can fill the device the judge shares
+                _release_memory()
+                row, shape_ran = self.row(shape, bases[i]), set()
+                first = str(e).splitlines()[0] if str(e) else "out of memory"
+                fails = {"oom": f"the device ran out of memory while the judge checked this shape: {first}"}
+                row["error"] = fails["oom"]
+            if row is None:
+                break  # the candidate ended before reporting this shape
+            rows.append(row)
+            ran |= shape_ran
+            for f in Path(self.cfg["outdir"]).glob(f"s{i}_*.out"):  # outputs can be GBs: free them now
+                f.unlink(missing_ok=True)
+            for k, v in fails.items():
+                reasons.setdefault(k, f"{row['shape_id']}: {v}")
+            if "oom" in fails:
+                break
+        return rows
+
+    def shape_result(self, i: int, shape: dict, tail: Tail, base: dict | None) -> tuple[dict | None, dict, set]:
+        """Judge shape i: each set's outputs as soon as the candidate sends them (while it runs the
+        next set), then the rest of its report. (None, {}, set()) when it never reported the shape."""
+        lock = self.cfg["lock"]
+        t0 = time.perf_counter()
+        prep = self.prepare(shape, range(len(input_sets(self.cfg["draws"]))), keep_inputs=False)
+        t1 = time.perf_counter()
+        checked: dict[int, tuple] = {}
+        busy = [0.0]
+
+        def drain() -> bool:
+            for (index, k), item in list(tail.outputs.items()):
+                if index == i and k not in checked and 0 <= k < len(prep["refs"]):
+                    t = time.perf_counter()
+                    with gpu_lock(lock, exclusive=False):  # never while the candidate is being timed
+                        checked[k] = (item, self.check_set(i, k, item, prep))
+                    busy[0] += time.perf_counter() - t
+            return i in tail.shapes
+
+        if not self.wait(tail, drain):
+            return None, {}, set()
+        t2 = time.perf_counter()
+        try:
+            with gpu_lock(lock, exclusive=False):
+                row, fails, shape_ran = self.judge_shape(i, shape, prep, tail.shapes[i], base, checked)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            row, shape_ran = self.row(shape, base), set()
+            fails = {"driver_tampered": f"malformed report: {type(e).__name__}: {e}"}
+            row["error"] = fails["driver_tampered"]
+        row["seconds"] = {"references": round(t1 - t0, 4), "comparing_while_running": round(busy[0], 4),
+                          "waiting": round(t2 - t1 - busy[0], 4), "comparing_after": round(time.perf_counter() - t2, 4),
+                          "candidate": _reported_seconds(tail.shapes[i].get("seconds"))}
+        return row, fails, shape_ran
 
     def assemble(self, tail: Tail, rows: list, reasons: dict, ran: set, bases: list) -> dict:
         end = self.end or {}
@@ -482,7 +547,16 @@ class Judge:
             "device": self.info, "ceilings": self.ceilings, "checks": checks,
             "shapes": rows,
             "geomean_speedup": geomean, "draws": self.cfg["draws"],
+            "candidate_start_s": round(self.candidate_start_s, 3),
         }
+
+
+def _reported_seconds(seconds) -> dict | None:
+    """The candidate's own account of where its time went (diagnostic only: never judged)."""
+    if not isinstance(seconds, dict):
+        return None
+    return {str(k)[:20]: round(float(v), 4) for k, v in list(seconds.items())[:8]
+            if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
 def main() -> int:

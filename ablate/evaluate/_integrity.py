@@ -11,7 +11,7 @@ from ablate.evaluate._reasons import TIMER_NAMES
 DRIVER_NAMES = (
     "torch.Tensor", "torch.equal", "torch.Tensor.clone", "torch.Tensor.copy_", "torch.Tensor.zero_",
     "torch.Tensor.cpu", "torch.Tensor.contiguous", "torch.Tensor.detach", "torch.Tensor.untyped_storage",
-    "torch.save", "threading.enumerate", "os.listdir", "os.write", "json.dumps", "inspect.signature",
+    "os.pwrite", "torch.Tensor.view", "torch.Tensor.reshape", "threading.enumerate", "os.listdir", "os.write", "json.dumps", "inspect.signature",
     "builtins.type", "builtins.isinstance", "builtins.open",
 )
 

@@ -78,3 +78,40 @@ def test_tail_keeps_only_nonce_lines_and_flags_repeats(tmp_path):
         f.write("ne\"}\n")
     t.poll()
     assert t.done
+
+
+def test_an_output_sent_twice_is_forged(tmp_path):
+    path = tmp_path / "result.jsonl"
+    out = {"nonce": "n", "kind": "output", "index": 0, "set": 1, "file": "f", "entries": []}
+    path.write_text(json.dumps(out) + "\n" + json.dumps(dict(out, file="g")) + "\n")
+    t = Tail(str(path), "n")
+    t.poll()
+    assert t.outputs == {(0, 1): {"file": "f", "entries": []}} and t.forged == 1
+
+
+def test_outputs_checked_early_must_be_the_ones_reported(tmp_path):
+    j = judge()
+    j.cfg, j.mode = {"draws": 1, "outdir": str(tmp_path)}, "cuda-events"
+    sent = {"file": str(tmp_path / "s0_c0.out"), "entries": [{"value": 1}]}
+    report = {"files": [dict(sent, entries=[{"value": 2}])], "failures": {}}
+    row, fails, _ = j.judge_shape(0, SHAPE, {"refs": {0: None}}, report, None, checked={0: (sent, ({}, 0.0))})
+    assert "driver_tampered" in fails and not row["correct"]
+    row, fails, _ = j.judge_shape(0, SHAPE, {"refs": {0: None}}, {"files": [sent], "failures": {}}, None,
+                                  checked={0: (sent, ({}, 0.0))})
+    assert fails == {} and row["correct"]  # the early result stands: nothing read twice
+
+
+def test_device_out_of_memory_while_judging_is_a_verdict(tmp_path):
+    import torch
+
+    j = judge()
+    j.torch, j.cfg, j.shapes = torch, {"draws": 1, "outdir": str(tmp_path)}, [SHAPE, dict(SHAPE, M=8)]
+
+    def full(*_):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 512.00 MiB.")
+
+    j.shape_result = full
+    reasons, ran = {}, set()
+    rows = j.judge_shapes(SimpleNamespace(), [None, None], reasons, ran)
+    assert list(reasons) == ["oom"] and "while the judge checked" in reasons["oom"]
+    assert len(rows) == 1 and rows[0]["error"].startswith("the device ran out of memory")  # stops at the first

@@ -69,10 +69,6 @@ def test_memoised_answers_are_below_the_physical_floor(judged):
     assert all(s["correct"] for s in r["shapes"])
 
 
-def test_side_stream_time_is_also_below_the_floor(judged):
-    assert "below_roofline" in judged("side_stream", draws=1, **PUBLIC)["reasons"]
-
-
 @pytest.mark.slow
 def test_ceilings_and_baselines_are_cached(tmp_path, monkeypatch, kernels):
     import json
