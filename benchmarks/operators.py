@@ -68,25 +68,15 @@ def timer(device: str):
 
 
 def ceilings(device: str, measure) -> dict:
-    """Copy bandwidth (bytes read + written per second) and bf16 matmul rate, best over sizes."""
+    """Copy bandwidth (bytes read + written per second) and bf16 matmul rate, best over sizes:
+    the evaluator's own measurement (the same sizes and operations), timed by this run's timer."""
     if device != "cuda":
         return {"copy_bytes_per_s": 1e10, "matmul_flops_per_s": 1e11, "measured": []}
-    rows = []
-    for n in (1 << 26, 1 << 28, 1 << 29):  # 128 MiB .. 1 GiB of bf16
-        src = torch.empty(n, dtype=torch.bfloat16, device=device).normal_()
-        dst = torch.empty_like(src)
-        ms = measure(lambda: dst.copy_(src))
-        rows.append({"what": "copy", "bytes": 2 * n * 2, "ms": ms, "rate": 2 * n * 2 / (ms / 1e3)})
-        del src, dst
-    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 16384)):
-        a = torch.randn(m, k, dtype=torch.bfloat16, device=device)
-        b = torch.randn(k, n, dtype=torch.bfloat16, device=device)
-        ms = measure(lambda: a @ b)
-        rows.append({"what": "matmul", "shape": f"{m}x{n}x{k}", "ms": ms, "rate": 2 * m * n * k / (ms / 1e3)})
-        del a, b
-    torch.cuda.empty_cache()
-    return {"copy_bytes_per_s": max(r["rate"] for r in rows if r["what"] == "copy"),
-            "matmul_flops_per_s": max(r["rate"] for r in rows if r["what"] == "matmul"), "measured": rows}
+    from ablate.evaluate._gpu import best_rates, ceiling_rows
+
+    rows = ceiling_rows(measure)
+    copy, matmul = best_rates(rows)
+    return {"copy_bytes_per_s": copy, "matmul_flops_per_s": matmul, "measured": rows}
 
 
 def reference_rows(path: Path | None) -> dict[tuple[str, str, str], float]:
