@@ -1,4 +1,5 @@
-"""A plain-text report of a study directory: a table per arm and the matched ratios."""
+"""A plain-text report of a study directory: a table per arm, the matched ratios, and how many
+trials each evaluator check rejected."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,4 +29,7 @@ def text(path: Path | str, baseline: str | None = None, rejected_as: float | str
         lines.append(_fmt(s["ratios"]))
     elif baseline:
         lines.append(f"\nno {baseline} trials with the same match key yet: run that arm too to get a ratio")
+    if not s["rejections"].empty:
+        lines.append("\nrejected trials by evaluator check (a trial counts under each of its reasons):")
+        lines.append(_fmt(s["rejections"]))
     return "\n".join(lines)

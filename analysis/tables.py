@@ -122,10 +122,26 @@ def ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0)
     return pd.DataFrame(rows)
 
 
+def rejection_table(df: pd.DataFrame) -> pd.DataFrame:
+    """How many trials each evaluator check rejected, per arm, so a reader sees the checks at
+    work. A trial rejected for several reasons counts under each; one never judged (no
+    evaluation in its record) counts as "not_evaluated"."""
+    rows = []
+    for arm, verdict, reasons in zip(df["arm"], df["verdict"], df["reasons"]):
+        if verdict == "accepted":
+            continue
+        for reason in (reasons.split(",") if verdict and reasons else ["not_evaluated"]):
+            rows.append((arm, reason))
+    if not rows:
+        return pd.DataFrame(columns=["arm", "reason", "trials"])
+    counts = pd.DataFrame(rows, columns=["arm", "reason"]).value_counts().rename("trials").reset_index()
+    return counts.sort_values(["arm", "trials", "reason"], ascending=[True, False, True], ignore_index=True)
+
+
 def summary(path: Path | str, baseline: str | None = None, rejected_as: float | str = 1.0) -> dict[str, Any]:
     df = trials(path)
     if df.empty:
-        return {"trials": df, "arms": pd.DataFrame(), "ratios": pd.DataFrame()}
+        return {"trials": df, "arms": pd.DataFrame(), "ratios": pd.DataFrame(), "rejections": pd.DataFrame()}
     arms = arm_table(df, rejected_as)
     ratios = ratio_table(df, baseline, rejected_as) if baseline and baseline in set(df["arm"]) else pd.DataFrame()
-    return {"trials": df, "arms": arms, "ratios": ratios}
+    return {"trials": df, "arms": arms, "ratios": ratios, "rejections": rejection_table(df)}

@@ -74,3 +74,24 @@ def test_analysis_cli_bad_path_is_one_line(tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not exist" in err[0]
+
+
+def test_rejections_are_counted_per_check_and_arm(tmp_path):
+    write(tmp_path, "goal_only", 0, 2.0)
+    write(tmp_path, "kda05", 0, None, verdict="rejected")
+    write(tmp_path, "kda05", 1, None, verdict="rejected")
+    d = tmp_path / "study" / "rmsnorm--kda05--s2--none"  # a trial that ended with no evaluation
+    d.mkdir()
+    (d / "record.json").write_text(json.dumps({"trial_id": d.name, "study": "study", "arm": "kda05", "match_key": "k",
+                                               "model": {"id": "m"}, "operator": "rmsnorm", "seed": 2}))
+    rej = tables.rejection_table(tables.trials(tmp_path))
+    assert rej.to_dict("records") == [{"arm": "kda05", "reason": "incorrect", "trials": 2},
+                                      {"arm": "kda05", "reason": "not_evaluated", "trials": 1}]
+    text = report.text(tmp_path / "study", baseline="goal_only")
+    assert "rejected trials by evaluator check" in text and "not_evaluated" in text
+
+
+def test_no_rejections_no_table(tmp_path):
+    write(tmp_path, "goal_only", 0, 2.0)
+    assert tables.rejection_table(tables.trials(tmp_path)).empty
+    assert "by evaluator check" not in report.text(tmp_path / "study")
