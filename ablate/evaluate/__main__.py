@@ -1,7 +1,8 @@
 """python -m ablate.evaluate --operator OP --submission PATH [--shapes SET] [--json] [--seed N]
 
-Prints one JSON object (--json) or a short table; exits 0 whenever a verdict was reached,
-2 for bad arguments or a failure of the evaluator itself."""
+Prints one JSON object (--json) or a short table on stdout, progress lines on stderr (--quiet:
+none); exits 0 whenever a verdict was reached, 2 for bad arguments or a failure of the evaluator
+itself."""
 from __future__ import annotations
 
 import argparse
@@ -37,6 +38,10 @@ def table(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _progress(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)  # stderr: --json output stays one object
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ablate.evaluate", description="Judge a kernel.py against an operator.")
     p.add_argument("--operator", required=True)
@@ -51,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=None, help="seconds the candidate may run")
     p.add_argument("--operator-set", default=None, metavar="JSON",
                    help='the conf/operators node to load first, e.g. \'{"source": "kernelbench", "path": "...", "level": 1}\'')
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     a = p.parse_args(argv)
     try:
         node = json.loads(a.operator_set) if a.operator_set else None
@@ -62,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             operators.load_set(node)
         r = evaluate(a.operator, a.submission, shapes=a.shapes, seed=a.seed, timing=not a.no_timing,
                      device=a.device, cuda_graph=a.cuda_graph, draws=a.draws, timeout_s=a.timeout,
-                     operator_set=node)
+                     operator_set=node, progress=None if a.quiet else _progress)
     except (AblateError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

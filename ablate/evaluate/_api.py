@@ -67,14 +67,16 @@ def _operator_node(operator: str, operator_set: dict | None) -> dict | None:
 def evaluate(operator: str, submission: str | Path, shapes: str = "eval", seed: int | None = None,
              timing: bool = True, *, device: str = "auto", cuda_graph: bool = False, draws: int = 3,
              timeout_s: float | None = None, memory_limit_gb: float | None = None,
-             operator_set: dict | None = None) -> dict:
+             operator_set: dict | None = None, progress=None) -> dict:
     """Judge `submission` (a kernel.py) for `operator` on a shape set. Returns the result dict
     (see the package docstring). Raises AblateError for bad arguments, EvaluatorFailure when the
     evaluator itself breaks; a broken submission is a verdict, never an exception.
 
     operator_set: the conf/operators node the operator came from, when it is not a plain
     registry operator (external baselines, KernelBench, FlashInfer); the evaluator's processes
-    load it again. Operators loaded in this process with a `source` are found without it."""
+    load it again. Operators loaded in this process with a `source` are found without it.
+    progress: called with a line of text as the evaluation moves on (ceilings and baselines
+    measured on a cold cache can take minutes; each shape as it is judged)."""
     start = time.monotonic()
     node = _operator_node(operator, operator_set)
     if device not in ("auto", "cpu", "cuda"):
@@ -97,7 +99,7 @@ def evaluate(operator: str, submission: str | Path, shapes: str = "eval", seed: 
                       passed={"missing_file", "syntax_error"})
     req = dict(operator=operator, operator_node=node, shape_set=shapes, seed=seed, device=device, draws=draws,
                timing=bool(timing), cuda_graph=bool(cuda_graph))
-    result = _run(data, base, req, timeout_s, memory_limit_gb)
+    result = _run(data, base, req, timeout_s, memory_limit_gb, progress)
     result["seconds"] = round(time.monotonic() - start, 3)
     return result
 
@@ -110,7 +112,7 @@ def _use_zygote(device: str) -> bool:
     return device == "cpu" or (device == "auto" and not os.path.exists("/dev/nvidiactl"))
 
 
-def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb) -> dict:
+def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progress=None) -> dict:
     key = (req["device"], os.environ.get("CUDA_VISIBLE_DEVICES"))
     zygote = _procs.ZYGOTES.acquire(key) if _use_zygote(req["device"]) else None
     judge = _procs.JUDGES.acquire(key)
@@ -124,7 +126,7 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb) -> dict
     try:
         judge.send(cfg)
         t0 = time.monotonic()
-        ready = _answer(judge)
+        ready = _answer(judge, progress)
         if ready.get("kind") == "error":
             judge_ok = True  # a bad request; the judge itself is fine
             raise AblateError(ready["message"])
@@ -155,6 +157,7 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb) -> dict
                 break
             if not judge.alive():
                 raise EvaluatorFailure(f"the judge process died: {judge.log_tail()}")
+            judge.progress(progress)
             time.sleep(0.02)
         if rc is None:
             cand.kill()
@@ -169,7 +172,7 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb) -> dict
                     "parent_killed": parent_killed, "memory_limit_gb": round(mem_gb, 1),
                     "log_tail": _procs.tail(work / "candidate.log")})
         t1 = time.monotonic()
-        msg = _answer(judge)
+        msg = _answer(judge, progress)
         phases["judge_result"] = time.monotonic() - t1
         judge_ok = msg.get("kind") == "result"
         if not judge_ok:
@@ -198,8 +201,11 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb) -> dict
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _answer(judge) -> dict:
-    msg = judge.says(JUDGE_TIMEOUT_S)
+def _answer(judge, progress=None) -> dict:
+    """The judge's next message that is not a progress line (those go to `progress`)."""
+    while (msg := judge.says(JUDGE_TIMEOUT_S)).get("kind") == "progress":
+        if progress is not None:
+            progress(str(msg.get("message")))
     if msg.get("kind") == "failure":
         raise EvaluatorFailure(f"the judge process failed: {msg['message']}")
     return msg

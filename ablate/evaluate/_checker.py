@@ -115,6 +115,11 @@ class Judge:
         self.rng = random.Random(os.urandom(16))
         self.candidate_start_s = 0.0  # from "ready" to the candidate's import report
 
+    def note(self, message: str) -> None:
+        """A progress line for whoever started the evaluation (the supervisor passes it on)."""
+        if self.send is not None:
+            self.send(kind="progress", message=message)
+
     # -- setup -------------------------------------------------------------------------------
     def setup(self):
         import torch
@@ -142,6 +147,7 @@ class Judge:
 
             self.ceilings = _cache.get("ceilings", key)
             if self.ceilings is None:
+                self.note("measuring this GPU's copy bandwidth and matmul rate (once per GPU, then cached)")
                 with gpu_lock(cfg["lock"], exclusive=True):
                     self.ceilings = _gpu.measure_ceilings()
                 _cache.put("ceilings", key, self.ceilings)
@@ -258,6 +264,8 @@ class Judge:
         for name, b in todo:
             entry = cached.get(name)
             if entry is None:
+                if self.device == "cuda":  # minutes on a cold cache (torch.compile); cached after
+                    self.note(f"{shape_id(shape)}: timing baseline {name} (once per GPU and versions, then cached)")
                 if prep is None:  # one draw of each distribution: the timing sources
                     prep = self.prepare(shape, timing_sources(self.cfg["draws"]))
                 entry = self.measure_baseline(b, prep)
@@ -457,6 +465,11 @@ class Judge:
                 break  # the candidate ended before reporting this shape
             rows.append(row)
             ran |= shape_ran
+            t = row.get("time_ms") or {}
+            self.note(f"shape {i + 1}/{len(self.shapes)} {row['shape_id']}: "
+                      + ("correct" if row["correct"] else "not correct")
+                      + (f", {t['median']:.4g} ms" if t.get("median") is not None else "")
+                      + (f" ({', '.join(fails)})" if fails else ""))
             for f in Path(self.cfg["outdir"]).glob(f"s{i}_*.out"):  # outputs can be GBs: free them now
                 f.unlink(missing_ok=True)
             for k, v in fails.items():

@@ -130,6 +130,7 @@ class _Server:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                      env=environ, cwd=cwd, text=True, start_new_session=True)
         self.lines: queue.Queue = queue.Queue()
+        self.pending: list[dict] = []  # messages taken off the queue early (see Judge.progress)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -149,6 +150,8 @@ class _Server:
         return self.log.read().decode(errors="replace")
 
     def says(self, limit: float) -> dict:
+        if self.pending:
+            return self.pending.pop(0)
         try:
             line = self.lines.get(timeout=limit)
         except queue.Empty:
@@ -167,6 +170,24 @@ class Judge(_Server):
 
     def __init__(self):
         super().__init__([sys.executable, "-m", "ablate.evaluate._checker"], env({}), tempfile.gettempdir())
+
+    def progress(self, report) -> None:
+        """Hand the judge's progress lines that have arrived to `report` (str -> None), without
+        waiting; any other message is kept for says()."""
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return
+            msg = json.loads(line) if line is not None else None
+            if isinstance(msg, dict) and msg.get("kind") == "progress":
+                if report is not None:
+                    report(str(msg.get("message")))
+            elif line is None:
+                self.lines.put(None)  # the end of its output: says() reports it
+                return
+            else:
+                self.pending.append(msg)
 
 
 class Zygote(_Server):

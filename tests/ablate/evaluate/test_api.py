@@ -180,3 +180,23 @@ def test_kernelbench_problem_with_a_modelnew_submission(tmp_path):
     r = evaluate("kernelbench/1_ReLU", tmp_path / "kernel.py", shapes="smoke", seed=1, draws=1, operator_set=node)
     assert r["verdict"] == "accepted", r["details"]
     assert r["operator"] == "kernelbench/1_ReLU" and r["shapes"][0]["correct"]
+
+
+def test_progress_lines_reach_the_caller_and_other_messages_wait(kernels):
+    import json
+    import queue
+
+    from ablate.evaluate import _procs
+
+    lines = []
+    r = evaluate("rmsnorm", kernels / "honest_torch.py", shapes="smoke", draws=1, progress=lines.append)
+    assert r["verdict"] == "accepted"
+    assert [x.split(" M=")[0] for x in lines if x.startswith("shape ")] == ["shape 1/2", "shape 2/2"]
+
+    judge = object.__new__(_procs.Judge)  # the supervisor's side alone: a queue of the judge's lines
+    judge.lines, judge.pending = queue.Queue(), []
+    for msg in ({"kind": "progress", "message": "a"}, {"kind": "result", "x": 1}, {"kind": "progress", "message": "b"}):
+        judge.lines.put(json.dumps(msg))
+    seen = []
+    judge.progress(seen.append)
+    assert seen == ["a", "b"] and judge.says(1) == {"kind": "result", "x": 1}

@@ -26,6 +26,14 @@ def test_table_reaches_the_same_verdict():
             "--draws", "1")
     assert r.returncode == 0, r.stderr
     assert "ACCEPTED" in r.stdout and "M=5,N=1000,dtype=bfloat16" in r.stdout and "speedup" in r.stdout
+    # progress on stderr, one line per shape judged
+    assert "shape 1/2 M=8,N=512,dtype=bfloat16: correct" in r.stderr and "shape 2/2" in r.stderr
+
+
+def test_quiet_prints_no_progress():
+    r = cli("--operator", "rmsnorm", "--submission", str(KERNELS / "raises.py"), "--shapes", "smoke", "--draws", "1",
+            "--quiet")
+    assert r.returncode == 0 and r.stderr == "" and "REJECTED - exception" in r.stdout
 
 
 def test_bad_arguments_exit_2_with_one_line():
