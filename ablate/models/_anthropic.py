@@ -18,7 +18,7 @@ from typing import Any
 from ablate.errors import AblateError
 from ablate.models import _pricing
 from ablate.models._protocol import Message, Response, ToolCall, ToolSpec, Usage
-from ablate.models._retry import ProviderError, RetryPolicy, is_retryable, status_of, with_retries
+from ablate.models._retry import RetryPolicy, SDKModel, is_retryable, status_of
 
 log = logging.getLogger("ablate.models")
 
@@ -116,7 +116,7 @@ def to_api_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-class AnthropicModel:
+class AnthropicModel(SDKModel):
     """One configured Claude model. ``attempts`` counts HTTP attempts, retries included."""
 
     def __init__(self, cfg: Mapping[str, Any]):
@@ -147,10 +147,6 @@ class AnthropicModel:
                                           max_retries=0, timeout=self.timeout_s)
         self.base_url = str(self.client.base_url)
         self.attempts = 0
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> "AnthropicModel":
-        return cls(cfg)
 
     @classmethod
     def preflight(cls, cfg: Mapping[str, Any]) -> None:
@@ -217,21 +213,9 @@ class AnthropicModel:
 
     def generate(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> Response:
         params = self.params(system, messages, tools)
-        sdk = self._sdk
-        try:
-            msg, attempts = with_retries(lambda: self._call(params), self.retry, self._retryable, describe,
-                                         f"anthropic {self.id}")
-        except ProviderError:
-            self.attempts += self.retry.max_retries + 1
-            raise
-        except sdk.APIStatusError as e:
-            self.attempts += 1
-            if _prompt_too_long(e):
-                log.warning("anthropic %s: %s", self.id, describe(e))
-                return Response("", [], Usage(calls=1), "context_exceeded")
-            raise ProviderError(self._explain(e)) from e
-        self.attempts += attempts
-        return self._response(msg)
+        msg = self._send(lambda: self._call(params), self._retryable, describe, f"anthropic {self.id}",
+                         _prompt_too_long)
+        return msg if isinstance(msg, Response) else self._response(msg)
 
     def _response(self, msg: Any) -> Response:
         raw = [b.to_dict(mode="json", warnings=False) for b in msg.content]  # only the fields the API sent
@@ -255,6 +239,3 @@ class AnthropicModel:
             log.warning("anthropic %s: unknown stop_reason %r, treated as end", self.id, msg.stop_reason)
             stop = "end"
         return Response(text, calls, usage, stop, raw)
-
-    def max_cost_of_next_call(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> float:
-        return _pricing.max_cost(self.price, self.max_tokens, system, messages, tools)

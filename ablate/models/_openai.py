@@ -15,7 +15,7 @@ from typing import Any
 from ablate.errors import AblateError
 from ablate.models import _pricing
 from ablate.models._protocol import Message, Response, ToolCall, ToolSpec, Usage
-from ablate.models._retry import ProviderError, RetryPolicy, is_retryable, status_of, with_retries
+from ablate.models._retry import ProviderError, RetryPolicy, SDKModel, is_retryable, status_of
 
 log = logging.getLogger("ablate.models")
 
@@ -89,7 +89,11 @@ def to_api_messages(system: str, messages: list[Message]) -> list[dict[str, Any]
     return out
 
 
-class OpenAIModel:
+def _context_exceeded(e: BaseException) -> bool:
+    return status_of(e) == 400 and any(p in _error_message(e).lower() for p in CONTEXT_PHRASES)
+
+
+class OpenAIModel(SDKModel):
     """A model behind an OpenAI-compatible server. ``attempts`` counts HTTP attempts."""
 
     def __init__(self, cfg: Mapping[str, Any]):
@@ -115,10 +119,6 @@ class OpenAIModel:
                                     max_retries=0, timeout=self.timeout_s)
         self.base_url = str(self.client.base_url)
         self.attempts = 0
-
-    @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> "OpenAIModel":
-        return cls(cfg)
 
     @classmethod
     def preflight(cls, cfg: Mapping[str, Any]) -> None:
@@ -158,23 +158,10 @@ class OpenAIModel:
 
     def generate(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> Response:
         params = self.params(system, messages, tools)
-        sdk = self._sdk
-        try:
-            completion, attempts = with_retries(lambda: self.client.chat.completions.create(**params), self.retry,
-                                                lambda e: is_retryable(e, (sdk.APIConnectionError,)), describe,
-                                                f"openai {self.id}")
-        except ProviderError:
-            self.attempts += self.retry.max_retries + 1
-            raise
-        except sdk.APIStatusError as e:
-            self.attempts += 1
-            msg = _error_message(e).lower()
-            if status_of(e) == 400 and any(p in msg for p in CONTEXT_PHRASES):
-                log.warning("openai %s: %s", self.id, describe(e))
-                return Response("", [], Usage(calls=1), "context_exceeded")
-            raise ProviderError(self._explain(e)) from e
-        self.attempts += attempts
-        return self._response(completion)
+        completion = self._send(lambda: self.client.chat.completions.create(**params),
+                                lambda e: is_retryable(e, (self._sdk.APIConnectionError,)), describe,
+                                f"openai {self.id}", _context_exceeded)
+        return completion if isinstance(completion, Response) else self._response(completion)
 
     def _response(self, completion: Any) -> Response:
         if not completion.choices:
@@ -206,6 +193,3 @@ class OpenAIModel:
             usage.cost_usd = _pricing.cost_usd(self.price, usage)
         raw = m.to_dict(mode="json")
         return Response(m.content or "", calls, usage, stop, raw)
-
-    def max_cost_of_next_call(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> float:
-        return _pricing.max_cost(self.price, self.max_tokens, system, messages, tools)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ablate.errors import AblateError
+from ablate.models import _pricing
+from ablate.models._protocol import Message, Response, ToolSpec, Usage
 
 log = logging.getLogger("ablate.models")
 T = TypeVar("T")
@@ -91,3 +93,43 @@ def with_retries(call: Callable[[], T], policy: RetryPolicy, retryable: Callable
             log.warning("%s: %s; retry %d/%d in %.2fs", label, describe(e), attempt + 1, policy.max_retries, d)
             sleep(d)
     raise AssertionError("unreachable")
+
+
+class SDKModel:
+    """What the models behind a provider SDK share: calls retried and their attempts counted,
+    a prompt past the context window ending the trial as "context_exceeded", any other refusal
+    raised as ProviderError in the provider's own words (`_explain`)."""
+
+    id: str
+    max_tokens: int
+    price: Any
+    retry: RetryPolicy
+    attempts: int
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]):
+        return cls(cfg)
+
+    def _explain(self, e: BaseException) -> str:
+        raise NotImplementedError
+
+    def _send(self, call: Callable[[], T], retryable: Callable[[BaseException], bool],
+              describe: Callable[[BaseException], str], label: str,
+              too_long: Callable[[BaseException], bool]) -> T | Response:
+        """call()'s result, or the context_exceeded Response when too_long(the refusal)."""
+        try:
+            result, attempts = with_retries(call, self.retry, retryable, describe, label)
+        except ProviderError:
+            self.attempts += self.retry.max_retries + 1
+            raise
+        except self._sdk.APIStatusError as e:
+            self.attempts += 1
+            if too_long(e):
+                log.warning("%s: %s", label, describe(e))
+                return Response("", [], Usage(calls=1), "context_exceeded")
+            raise ProviderError(self._explain(e)) from e
+        self.attempts += attempts
+        return result
+
+    def max_cost_of_next_call(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> float:
+        return _pricing.max_cost(self.price, self.max_tokens, system, messages, tools)
