@@ -33,32 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 KERNELS = ROOT / "tests" / "ablate" / "evaluate" / "kernels"
 
-TRITON_TEMPLATE = '''"""RMSNorm in Triton, ROWS rows per program, num_warps={warps}."""
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _rows(x_ptr, w_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    for i in range(ROWS):
-        row = tl.program_id(0) * ROWS + i
-        if row < M:
-            x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0).to(tl.float32)
-            rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
-            tl.store(y_ptr + row * stride + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def kernel(x, weight):
-    M, N = x.shape
-    y = torch.empty_like(x)
-    _rows[(triton.cdiv(M, {rows}),)](x, weight, y, M, N, x.stride(0), 1e-6, ROWS={rows},
-                                    BLOCK=triton.next_power_of_2(N), num_warps={warps})
-    return y
-'''
+# the scripted model's RMSNorm template, rendered at other launch configurations
+RMSNORM_TEMPLATE = ROOT / "ablate" / "models" / "scripted_templates" / "rmsnorm.py"
 
 EXTRA = {
     "torch_F.rms_norm (passthrough)": '''import torch
@@ -74,9 +50,12 @@ def kernel(x, weight):
 def write_kernels(folder: Path, gpu: bool) -> dict[str, Path]:
     files = {"honest_triton (1 row, 4 warps)": KERNELS / "honest_triton.py",
              "honest_torch (eager ops)": KERNELS / "honest_torch.py"}
+    from ablate.models._scripted import render
+
+    template = RMSNORM_TEMPLATE.read_text()
     for rows, warps in ((1, 8), (4, 8), (2, 16)):
         p = folder / f"triton_r{rows}_w{warps}.py"
-        p.write_text(TRITON_TEMPLATE.replace("{rows}", str(rows)).replace("{warps}", str(warps)))
+        p.write_text(render(template, {"num_warps": warps, "rows_per_program": rows}))
         files[f"triton ({rows} rows, {warps} warps)"] = p
     for name, src in EXTRA.items():
         p = folder / f"extra_{len(files)}.py"

@@ -486,15 +486,16 @@ class Judge:
         prep = self.prepare(shape, range(len(input_sets(self.cfg["draws"]))), keep_inputs=False)
         t1 = time.perf_counter()
         checked: dict[int, tuple] = {}
-        busy = [0.0]
+        busy = 0.0
 
         def drain() -> bool:
+            nonlocal busy
             for (index, k), item in list(tail.outputs.items()):
                 if index == i and k not in checked and 0 <= k < len(prep["refs"]):
                     t = time.perf_counter()
                     with gpu_lock(lock, exclusive=False):  # never while the candidate is being timed
                         checked[k] = (item, self.check_set(i, k, item, prep))
-                    busy[0] += time.perf_counter() - t
+                    busy += time.perf_counter() - t
             return i in tail.shapes
 
         if not self.wait(tail, drain):
@@ -507,8 +508,8 @@ class Judge:
             row, shape_ran = self.row(shape, base), set()
             fails = {"driver_tampered": f"malformed report: {type(e).__name__}: {e}"}
             row["error"] = fails["driver_tampered"]
-        row["seconds"] = {"references": round(t1 - t0, 4), "comparing_while_running": round(busy[0], 4),
-                          "waiting": round(t2 - t1 - busy[0], 4), "comparing_after": round(time.perf_counter() - t2, 4),
+        row["seconds"] = {"references": round(t1 - t0, 4), "comparing_while_running": round(busy, 4),
+                          "waiting": round(t2 - t1 - busy, 4), "comparing_after": round(time.perf_counter() - t2, 4),
                           "candidate": _reported_seconds(tail.shapes[i].get("seconds"))}
         return row, fails, shape_ran
 

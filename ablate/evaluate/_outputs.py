@@ -83,8 +83,7 @@ def read(path: str, entries, device: str) -> list:
         numel = 1
         for d in shape:
             numel *= d
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        if n != numel * itemsize or start < 0 or start % _ALIGN or start + n > size:
+        if n != numel * dtype.itemsize or start < 0 or start % _ALIGN or start + n > size:
             raise ValueError(f"output entry {e!r:.200} does not fit the {size}-byte file")
         if numel == 0:
             outs.append(torch.empty(shape, dtype=dtype, device=device))
