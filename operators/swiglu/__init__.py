@@ -4,8 +4,9 @@ from pathlib import Path
 import torch
 
 from operators._baselines import compile_baselines, liger_unavailable
+from operators._correctness import TOLERANCE
 from operators._inputs import dtype_of, esize, generator, tensor
-from operators._operator import Baseline, Operator, ROUNDED_ONCE_TOLERANCE, load_module
+from operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "operators.swiglu.reference")
@@ -55,7 +56,7 @@ OPERATOR = Operator(
     reference=_ref.reference,
     make_inputs=make_inputs,
     shapes={"smoke": SMOKE, "public": PUBLIC, "eval": PUBLIC + HIDDEN},
-    tolerance=ROUNDED_ONCE_TOLERANCE,
+    tolerance=TOLERANCE,
     bytes=_bytes,
     flops=_flops,
     baselines={
