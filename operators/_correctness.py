@@ -30,7 +30,8 @@ API (the judge, ``Operator.verify``, the benchmarks and the tests all use these)
     error_stats(out, ref, tol) -> Stats                        one tensor's statistics
     envelope(reference_stats, library_stats, tol, dtypes, rule) -> Envelope
     judge_output(out, ref, env, inputs=()) -> Judgement(ok, margin, message, stats)
-    calibrate(op, inputs, ref=None, implementations={}, dtype=None) -> Calibration(envelope, verdicts)
+    calibrate(op, inputs, ref=None, implementations={}, dtype=None)
+        -> Calibration(envelope, verdicts {name: Verdict(status, margin, message, stats, rule)}, reference stats)
 
 ``margin`` is the kernel's worst statistic over its bound (<= 1 passes; inf for NaN, a wrong
 structure or an operator rule's violation). An operator with its own rule (``Operator.rule``:
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -73,15 +74,19 @@ class Bounds:
 
 
 def floor(tol: float) -> Bounds:
-    """Bounds no envelope goes below: rounding alone reaches rms ~tol/5 and max ~tol/2 in bf16,
-    a second rounding max ~tol, a flash-style bf16 P a few times tol on rare elements."""
-    return Bounds(rms=tol / 2, max=4 * tol, frac=1e-3)
+    """Bounds no envelope goes below. Measured in bf16 (tol = 2**-7) on the CPU, 1e5-1e6 elements
+    (tests/operators/kernels; the GPU libraries: benchmarks/calibration.py): one rounding reaches rms
+    0.2 tol and max 0.45 tol; a second rounding (a bf16 intermediate, as F.silu * up and Liger's
+    RMSNorm keep) rms 0.3 tol, max 0.85 tol; a flash-style bf16 P rms 0.27 tol, max 1.8 tol and
+    2e-4 of the elements beyond tol; partial sums of a split-K GEMM in bf16 max 2.4 tol, 9e-4
+    beyond tol."""
+    return Bounds(rms=tol / 2, max=4 * tol, frac=2e-3)
 
 
 def ceiling(tol: float) -> Bounds:
-    """Bounds no library can widen the envelope past: a 1% bias in bf16 has rms 1.3*tol, a
-    stale row max ~1."""
-    return Bounds(rms=0.75 * tol, max=32 * tol, frac=1e-2)
+    """Bounds no library can widen the envelope past: a 1% bias in bf16 has rms 0.9-1.3 tol (the
+    lowest where the outputs share one binade, as an offset GEMM's do), a stale row max ~1."""
+    return Bounds(rms=0.75 * tol, max=32 * tol, frac=2e-2)
 
 
 @dataclass(frozen=True)
@@ -232,7 +237,8 @@ def worst_element(out: Any, ref: Any) -> tuple[list[int], float, float]:
         rc = rf[a:a + CHUNK].to(wide)
         oc = of[a:a + CHUNK].to(device=rf.device, dtype=wide)
         e = ((oc - rc).abs() / (rc.abs() + scale)).nan_to_num(nan=math.inf, posinf=math.inf)
-        e = torch.where(torch.isfinite(rc) | (oc != rc), e, 0)
+        matched = (oc == rc) | (torch.isnan(oc) & torch.isnan(rc))  # a non-finite reference met exactly
+        e = torch.where(~torch.isfinite(rc) & matched, 0, e)
         v, i = e.max(0)
         if float(v) > best:
             best, where = float(v), a + int(i)
@@ -421,9 +427,13 @@ def tolerance_of(op: Operator, dtype: str) -> float:
 
 
 def breaks(rule: ContractRule, op: Operator, fn: Callable[..., Any], inputs: tuple) -> str:
-    """Why fn breaks `rule` on the rule's probe (largest relative error per element), "" if it does not."""
+    """Why fn breaks `rule` on the rule's probe built from `inputs`, "" if it does not."""
     probe = rule.probe(inputs)
-    refs = reference_outputs(op, probe)
+    return _violation(rule, fn, probe, reference_outputs(op, probe))
+
+
+def _violation(rule: ContractRule, fn: Callable[..., Any], probe: tuple, refs: Sequence) -> str:
+    """The largest error per element relative to the float64 reference's on the probe, if above the limit."""
     outs = as_outputs(fn(*probe))
     worst = 0.0
     for o, r in zip(outs, refs):
@@ -432,7 +442,7 @@ def breaks(rule: ContractRule, op: Operator, fn: Callable[..., Any], inputs: tup
         o = torch.as_tensor(o).to(r.device, torch.float64)
         r = r.double()
         if tuple(o.shape) != tuple(r.shape):
-            return f"output shape {tuple(o.shape)} != {tuple(r.shape)} on the probe"
+            return f"output shape {tuple(o.shape)} != {tuple(r.shape)} on the probe of contract rule {rule.name}"
         rel = torch.where(r != 0, (o - r).abs() / r.abs().clamp_min(1e-300), torch.where(o == 0, 0.0, math.inf))
         worst = max(worst, float(rel.nan_to_num(nan=math.inf).max()) if rel.numel() else 0.0)
     if worst > rule.limit:
@@ -449,7 +459,8 @@ def calibrate(op: Operator, inputs: tuple, ref: Sequence | None = None,
     implementations (a CPU run) the reference in the contract dtype alone sets the envelope.
     An implementation that raises or returns the wrong structure gets "error"; one that breaks
     an `op.contract_rules` rule "excluded"; the others pass when they lie within the envelope of
-    the reference and the other passing libraries ("fail" otherwise, dropped from the envelope)."""
+    the reference and the other passing libraries ("fail" otherwise, dropped from the envelope).
+    Each contract rule's probe and its float64 reference are built once, and only with libraries."""
     refs = list(ref) if ref is not None else list(reference_outputs(op, inputs))
     tol = tolerance_of(op, dtype or contract_dtype(inputs))
     mine = as_outputs(op.reference(*inputs))
@@ -459,9 +470,19 @@ def calibrate(op: Operator, inputs: tuple, ref: Sequence | None = None,
         raise ValueError(f"operator {op.name!r}: its reference does not match the float64 one: {why}")
     measure = RULES[op.rule].measure
     ref_stats = measure(mine, refs, tol, inputs)
-    for rule in op.contract_rules:  # the definition itself keeps its rules, else the rule is wrong
-        if why := breaks(rule, op, op.reference, inputs):
-            raise ValueError(f"operator {op.name!r}: its own reference {why}")
+    del mine
+    probes: dict[str, tuple] = {}  # rule name -> (probe inputs, their float64 reference), built once
+
+    def violations(fn) -> list[tuple[str, str]]:
+        found = []
+        for rule in op.contract_rules:
+            if rule.name not in probes:
+                probe = rule.probe(inputs)
+                probes[rule.name] = (probe, reference_outputs(op, probe))
+            if why := _violation(rule, fn, *probes[rule.name]):
+                found.append((rule.name, why))
+        return found
+
     verdicts: dict[str, Verdict] = {}
     measured: dict[str, tuple[Stats, ...]] = {}
     for name, fn in (implementations or {}).items():
@@ -470,7 +491,7 @@ def calibrate(op: Operator, inputs: tuple, ref: Sequence | None = None,
             why = structure_problem(outs, refs, dtypes)
             stats = () if why else measure(outs, refs, tol, inputs)
             del outs
-            broken = [] if why else [(r.name, w) for r in op.contract_rules if (w := breaks(r, op, fn, inputs))]
+            broken = [] if why else violations(fn)
         except Exception as e:  # a library that fails on this input is reported, not fatal
             verdicts[name] = Verdict("error", None, f"raised {type(e).__name__}: {str(e)[:300]}")
             continue

@@ -109,7 +109,6 @@ def test_submission_as_kernel_or_modelnew(tmp_path):
     op = _load("2")["kernelbench/2_Linear_GELU"]
     shape = op.shapes["eval"][0]
     inputs = op.make_inputs(shape, 1, "cpu", "large")
-    expected = op.reference(*inputs)
     new = _submission(tmp_path, """
         import torch
         import torch.nn as nn

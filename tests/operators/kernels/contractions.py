@@ -28,6 +28,15 @@ def gemm_split_k(a, b):
     return sum(parts).to(a.dtype)
 
 
+def gemm_bf16_partial_sums(a, b):
+    """Honest as cuBLAS may be (reduced-precision split-K reductions): 4 float32 partial
+    products, each rounded to bf16, then summed; within the envelope's floor."""
+    step = -(-a.shape[1] // 4)
+    parts = [(a.float()[:, i:i + step] @ b.float()[:, i:i + step].T).to(a.dtype).float()
+             for i in range(0, a.shape[1], step)]
+    return sum(parts).to(a.dtype)
+
+
 def gemm_reversed_k(a, b):
     """Honest: the K dimension accumulated in reverse order."""
     return (a.float().flip(1) @ b.float().flip(1).T).to(a.dtype)
@@ -140,7 +149,7 @@ BIASED = {
     "topk": {"smallest": topk_smallest, "last_wrong": topk_last_wrong},
 }
 HONEST = {
-    "gemm": {"split_k": gemm_split_k, "reversed_k": gemm_reversed_k},
+    "gemm": {"split_k": gemm_split_k, "reversed_k": gemm_reversed_k, "bf16_partial_sums": gemm_bf16_partial_sums},
     "attention": {"bf16_p": attention_bf16_p, "f32_p": attention_f32_p},
     "grouped_gemm": {"split_k": grouped_gemm_split_k},
     "topk": {"stable_sort": topk_stable_sort},
