@@ -261,14 +261,20 @@ def test_verify_refuses_a_reference_in_the_contract_dtype():
         op.verify(op.reference(*inputs), inputs, op.reference(*inputs))
 
 
-def test_check_gives_the_judge_the_same_verdict():
+def test_check_judges_by_the_envelope_floor():
+    """Operator.check (the judge's entry until it passes calibrated envelopes) uses the floor
+    every envelope contains: the same verdicts on honest and biased kernels, no second reference."""
     op = operators.get("gemm")
-    inputs = op.make_inputs(op.shapes["smoke"][1], 0, "cpu", "large")
-    ref = c.reference_outputs(op, inputs)
-    good, bad = op.reference(*inputs), FAMILIES["contractions"].gemm_bias(*inputs)
-    assert op.check(good, ref[0], inputs)[0] and not op.check(bad, ref[0], inputs)[0]
-    ok, err, msg = op.check(bad, ref[0], inputs)
-    assert err == op.verify(bad, inputs).max_abs and msg == op.verify(bad, inputs).message
+    for dist in operators.DISTRIBUTIONS:
+        inputs = op.make_inputs(op.shapes["smoke"][1], 0, "cpu", dist)
+        ref = c.reference_outputs(op, inputs)
+        for fn in (op.reference, FAMILIES["contractions"].gemm_split_k, FAMILIES["contractions"].gemm_bias):
+            ok, err, msg = op.check(fn(*inputs), ref[0], inputs)
+            j = op.verify(fn(*inputs), inputs)
+            assert ok == j.ok and err == j.max_abs and bool(msg) == (not ok), (dist, fn.__name__)
+    x, k = inputs = operators.get("topk").make_inputs({"M": 3, "N": 64, "k": 4, "dtype": "bfloat16"}, 0, "cpu", "normal")
+    topk = operators.get("topk")
+    assert topk.check(topk.reference(*inputs), c.reference_outputs(topk, inputs), inputs)[0]
 
 
 # -- top-k ---------------------------------------------------------------------------------------
