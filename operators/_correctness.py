@@ -289,7 +289,8 @@ def _margin(stats: Sequence[Stats], env: Envelope) -> tuple[float, str, int]:
         if s.problem:
             return math.inf, f"output {i}: {s.problem}", i
         if s.nonfinite:
-            return math.inf, f"output {i}: {s.nonfinite:,} of {s.n:,} elements NaN or Inf where the reference is finite", i
+            return math.inf, (f"output {i}: {s.nonfinite:,} of {s.n:,} elements NaN or Inf where the reference is "
+                              "finite (or not the reference's own NaN or Inf)"), i
         ratios = {k: (getattr(s, k) / getattr(b, k) if getattr(b, k) > 0 else (math.inf if getattr(s, k) > 0 else 0.0))
                   for k in ("rms", "max", "frac")}
         m = max(ratios.values())
