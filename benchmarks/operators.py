@@ -4,7 +4,9 @@
 
 For each operator and shape: each baseline's median time (triton.testing.do_bench, L2 flushed
 between calls, bf16 inputs from the 'normal' distribution, seed 0), whether its output passes the
-operator's own check against the reference, and its fraction of speed-of-light: the roofline floor
+one correctness rule (operators/_correctness.py; the envelope of the reference in the contract
+dtype alone: benchmarks/calibration.py calibrates it against the libraries), and its error
+margin, and its fraction of speed-of-light: the roofline floor
 max(bytes / copy bandwidth, flops / matmul rate) over its time, with both ceilings measured in
 this run as the best over a few sizes. Writes DIR/results.json and DIR/results.md (GPU, driver,
 library versions, command, and a column of the reference measurements in
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import operators  # noqa: E402
+from operators._correctness import calibrate, reference_outputs  # noqa: E402
 from operators._operator import shape_id  # noqa: E402
 
 REFERENCE_MD = [ROOT / "shared" / "reference" / "h200-library-baselines.md",
@@ -117,7 +120,7 @@ def versions() -> dict:
     return info
 
 
-def run_baseline(op, b, inputs, expected, dtype, device, measure) -> dict:
+def run_baseline(op, b, inputs, expected, env, device, measure) -> dict:
     reason = b.unavailable()
     if reason:
         return {"status": "unavailable", "reason": reason}
@@ -128,12 +131,13 @@ def run_baseline(op, b, inputs, expected, dtype, device, measure) -> dict:
         out = b.fn(*inputs)  # first call: compiles / autotunes where the library does
         sync(device)
         first_s = time.monotonic() - t
-        ok, err, msg = op.verify(out, expected, inputs, dtype)
+        j = op.verify(out, inputs, expected, env)
         del out
         ms = measure(lambda: b.fn(*inputs))
     except Exception as e:  # a library that fails on this shape is reported, not fatal
         return {"status": "error", "reason": f"{type(e).__name__}: {e}"[:300]}
-    return {"status": "ok", "ms": ms, "correct": ok, "max_err": err, "check": msg, "first_call_s": round(first_s, 2)}
+    return {"status": "ok", "ms": ms, "correct": j.ok, "max_err": j.max_abs, "margin": j.margin, "check": j.message,
+            "first_call_s": round(first_s, 2)}
 
 
 def autotuned(name: str) -> bool:
@@ -166,17 +170,18 @@ def bench(args) -> dict:
         if not chosen:
             return
         inputs = op.make_inputs(shape, 0, device, "normal")
-        expected = op.reference(*inputs)
+        expected = reference_outputs(op, inputs)  # float64, kept in float32
+        env = calibrate(op, inputs, expected, dtype=shape.get("dtype")).envelope
         for bname, b in chosen.items():
             reason = skip_reason(bname)
             r = {"status": "skipped", "reason": reason} if reason else run_baseline(
-                op, b, inputs, expected, shape.get("dtype"), device, measure)
+                op, b, inputs, expected, env, device, measure)
             if r["status"] == "ok":
                 r["sol"] = row["floor_ms"] / r["ms"]
             r["doc_ms"] = refs.get((name, dims(shape), bname))
             row["baselines"][bname] = r
             print(f"{name} {shape_id(shape)} {bname}: {r.get('ms', r['status'])}", flush=True)
-        del inputs, expected
+        del inputs, expected, env
         if device == "cuda":
             torch.cuda.empty_cache()
 

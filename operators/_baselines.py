@@ -48,5 +48,21 @@ def missing(module: str, package: str) -> Callable[[], str | None]:
     return unavailable
 
 
+def hopper(check: Callable[[], str | None], package: str) -> Callable[[], str | None]:
+    """check, and a CUDA device of compute capability 9.0 (Hopper) or newer."""
+
+    def unavailable() -> str | None:
+        import torch
+
+        if (why := check()) is not None:
+            return why
+        if torch.cuda.is_available() and torch.cuda.get_device_capability() < (9, 0):
+            return f"{package} needs compute capability 9.0 (Hopper) or newer"
+        return None
+
+    return unavailable
+
+
 liger_unavailable = missing("liger_kernel", "liger-kernel")
-quack_unavailable = missing("quack", "quack-kernels")
+quack_unavailable = hopper(missing("quack", "quack-kernels"), "quack-kernels")  # CuTe DSL kernels for sm_90+
+flashinfer_unavailable = missing("flashinfer", "flashinfer-python")

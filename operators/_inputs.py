@@ -1,6 +1,8 @@
 """Random tensors from the named input distributions (see operators.DISTRIBUTIONS)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -12,10 +14,15 @@ def generator(seed: int, device: str) -> torch.Generator:
     return g
 
 
-def tensor(size: tuple[int, ...], dist: str, gen: torch.Generator, dtype: torch.dtype, device: str) -> torch.Tensor:
+def tensor(size: tuple[int, ...], dist: str, gen: torch.Generator, dtype: torch.dtype, device: str,
+           zero_rows: bool = True) -> torch.Tensor:
     """Draw from the seed's generator. On a GPU the values are drawn there, from a device generator
     seeded by the CPU one: drawing hundreds of millions of values on the CPU would take longer than
-    the evaluation itself. Same seed and device, same values."""
+    the evaluation itself. Same seed and device, same values.
+    tiny_rows: rows (the last dimension) drawn from N(0,1), then a quarter of them set to zero, half
+    scaled by 10**U(-5, -1) and a quarter kept, in a pattern that starts at a random row (so every
+    input of a few rows has each kind). zero_rows=False keeps the zero rows tiny instead, for
+    external problems where a zero row is degenerate (ties of an argmax, a singular matrix)."""
     if str(device).startswith("cuda"):
         sub = torch.Generator(device=device)
         sub.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
@@ -30,6 +37,14 @@ def tensor(size: tuple[int, ...], dist: str, gen: torch.Generator, dtype: torch.
         t = torch.randn(size, generator=gen, **where) * 100.0
     elif dist == "uniform":
         t = torch.rand(size, generator=gen, **where) * 2.0 - 1.0
+    elif dist == "tiny_rows":  # zero and tiny rows: where a dropped or wrong epsilon shows
+        t = torch.randn(size, generator=gen, **where)
+        rows = size[:-1]
+        kind = (torch.arange(math.prod(rows), **where).reshape(rows)
+                + int(torch.randint(0, 4, (1,), generator=gen, **where))) % 4
+        tiny = 10.0 ** (torch.rand(rows, generator=gen, **where) * 4.0 - 5.0)
+        scale = torch.where(kind == 0, 0.0 if zero_rows else 1e-5, torch.where(kind == 3, 1.0, tiny))
+        t = t * scale[..., None] if rows else t * scale
     else:
         raise ValueError(f"unknown input distribution {dist!r}")
     return t.to(dtype=dtype, device=device)

@@ -10,7 +10,8 @@ seed and calls it. A submission defines either ``kernel(*inputs)`` or, as Kernel
 Each problem has one size (the file's). Inputs: the 'normal' distribution is the problem's own
 get_inputs(); the other distributions redraw its float tensors (same shape and dtype), folded to
 non-negative values where the problem's own inputs are non-negative (log, sqrt), so the check
-also runs on inputs the file did not anticipate.
+also runs on inputs the file did not anticipate; tiny_rows keeps its smallest rows tiny, not zero
+(a zero row makes an argmax tie or a matrix singular).
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ from operators._node import node_value
 from operators._operator import Baseline, Operator, load_module
 
 SEED = 42  # KernelBench seeds the RNG with 42 before building Model and ModelNew
-TOLERANCE = {"float32": (1e-2, 1e-2), "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2), "float64": (1e-2, 1e-2)}
+# KernelBench's atol = rtol = 1e-2, as the per-element tolerance of the one rule (relative to
+# max(|ref|, output RMS)): TF32 and other reduction orders pass, an error of a few percent does not.
+TOLERANCE = {"float32": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-2}
 # Allocation calls in a problem's Model are not the computation; using them is not a passthrough.
 _NOT_PASSTHROUGH = {"torch.empty", "torch.empty_like", "torch.zeros", "torch.zeros_like", "torch.ones",
                     "torch.ones_like", "torch.full", "torch.full_like", "torch.arange", "torch.tensor",
@@ -93,7 +96,7 @@ def from_file(file: Path, level: int, root: Path | None = None) -> Operator:
         out = []
         for t in raw:
             if isinstance(t, torch.Tensor) and t.is_floating_point() and dist != "normal":
-                new = tensor(tuple(t.shape), dist, g, t.dtype, "cpu")
+                new = tensor(tuple(t.shape), dist, g, t.dtype, "cpu", zero_rows=False)  # argmax ties, singular
                 t = new.abs() if bool((t >= 0).all()) else new
             out.append(t.to(device) if isinstance(t, torch.Tensor) else t)
         return tuple(out)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from ablate.evaluate import _cache, _correctness, _timing
+from ablate.evaluate import _cache, _timing
 
 
 def ceilings(info: dict, note, measure) -> dict:
@@ -40,8 +40,10 @@ def operator_hash(op, node: dict | None) -> str:
     return h.hexdigest()[:16]
 
 
-def for_shape(ev, shape: dict) -> dict:
-    """{"ms": {name: median}, "skipped": {name: reason}} for one shape."""
+def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
+    """{"ms": {name: median}, "skipped": {name: reason}} for one shape. verdicts: {distribution:
+    {name: the calibration's verdict}}: only a library that passed the correctness rule on every
+    distribution is timed."""
     from operators import shape_id
 
     ms, skipped, todo = {}, {}, []
@@ -50,6 +52,8 @@ def for_shape(ev, shape: dict) -> dict:
             skipped[name] = "needs CUDA"
         elif (why := b.unavailable()) is not None:
             skipped[name] = why
+        elif (why := _not_passing(name, verdicts)) is not None:
+            skipped[name] = why
         else:
             todo.append((name, b))
     if not todo:
@@ -57,15 +61,15 @@ def for_shape(ev, shape: dict) -> dict:
     keys = {name: "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
                             ev.op_hash, shape_id(shape), name, ev.mode, "v2"]) for name, _ in todo}
     cached = {name: _cache.get("baselines", keys[name]) for name, _ in todo} if ev.device == "cuda" else {}
-    sets = None
+    sources = None
     for name, b in todo:
         entry = cached.get(name)
         if entry is None:
             if ev.device == "cuda":  # minutes on a cold cache (torch.compile); cached after
                 ev.note(f"{shape_id(shape)}: timing baseline {name} (once per GPU and versions, then cached)")
-            if sets is None:  # one draw of each distribution: the timing sources
-                sets = [ev.input_set(shape, k) for k in ev.sources(shape)]
-            entry = measure(ev, b, sets)
+            if sources is None:  # one draw of each distribution: the timing sources
+                sources = [ev.input_set(shape, k)[0] for k in ev.sources(shape)]
+            entry = measure(ev, b, sources)
             if ev.device == "cuda":
                 _cache.put("baselines", keys[name], entry)
         if entry.get("error"):
@@ -75,20 +79,28 @@ def for_shape(ev, shape: dict) -> dict:
     return {"ms": ms, "skipped": skipped}
 
 
-def measure(ev, b, sets: list[tuple]) -> dict:
-    """A baseline's median time on the timing sources, if its outputs pass the rule on each."""
+def _not_passing(name: str, verdicts: dict[str, dict]) -> str | None:
+    """Why a library does not count for a shape (its calibration on some distribution), or None."""
+    for dist, found in verdicts.items():
+        v = found.get(name)
+        if v is None or v["status"] == "pass":
+            continue
+        if v["status"] == "excluded":
+            return f"excluded by contract rule {v['rule']} ({dist} inputs): {v['message'][:300]}"
+        if v["status"] == "fail":
+            return f"excluded, incorrect on {dist} inputs (margin {v['margin']:.3g}): {v['message'][:300]}"
+        return f"excluded on {dist} inputs: {v['message'][:300]}"
+    return None
+
+
+def measure(ev, b, sources: list[tuple]) -> dict:
+    """A baseline's median time on the timing sources."""
     import torch
 
     try:
-        est = None
-        for ins, refs, exp in sets:
-            t0 = time.perf_counter()
-            outs = _correctness.as_outputs(b.fn(*ins))
-            est = (time.perf_counter() - t0) * 1e3
-            fails, _ = _correctness.check(ev.op, outs, refs, ins, exp)
-            if fails:
-                return {"error": f"excluded, incorrect: {next(iter(fails.values()))}"}
-        sources = [ins for ins, _, _ in sets]
+        t0 = time.perf_counter()
+        b.fn(*sources[0])
+        est = (time.perf_counter() - t0) * 1e3
         live = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in sources[0])
         result = _timing.measure(b.fn, live, sources, device=ev.device, graph=ev.cfg["cuda_graph"], est_ms=est)
         return {"ms": result["median"]}

@@ -1,23 +1,21 @@
-"""Correctness, in the judge: what the contract's outputs are, the references (float64 on upcast
-inputs, kept in float32: their rounding is far below any tolerance), and the comparison of a
-candidate's outputs with them under the operator's rule. NaN never passes where the reference
-is finite."""
+"""Correctness, in the judge: the one rule (operators/_correctness.py) applied to what the
+candidate sent. Per shape and input distribution, the envelope is calibrated once, from the
+reference in the contract dtype and every available library on the same inputs, before any
+submitted code runs, and cached with the baseline times; every input set's outputs are then
+judged against the float64 reference within it. A library that does not pass the calibration is
+never a shape's best library."""
 from __future__ import annotations
 
+import json
 import math
 
 import torch
 
+from operators import _correctness as rule
+
 _Tensor = torch.Tensor
-
-
-def upcast(inputs) -> tuple:
-    """Floating inputs in float64, for the reference."""
-    return tuple(t.double() if isinstance(t, _Tensor) and t.is_floating_point() else t for t in inputs)
-
-
-def as_outputs(out) -> list:
-    return [out] if isinstance(out, _Tensor) else list(out)
+reference_outputs = rule.reference_outputs
+as_outputs = rule.as_outputs
 
 
 def expected(op, ins) -> list[tuple[list[int] | None, str | None]]:
@@ -26,71 +24,49 @@ def expected(op, ins) -> list[tuple[list[int] | None, str | None]]:
             for t in as_outputs(op.reference(*ins))]
 
 
-def references(op, ins) -> list:
-    outs = as_outputs(op.reference(*upcast(ins)))
-    return [t.float() if isinstance(t, _Tensor) and t.is_floating_point() else t for t in outs]
-
-
 def output_bytes(exp) -> int:
-    return sum(math.prod(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-               for shape, dtype in exp if shape is not None)
+    return sum(math.prod(shape) * getattr(torch, dtype).itemsize for shape, dtype in exp if shape is not None)
 
 
-def tolerance(op, dtype: str) -> tuple[float, float]:
-    if dtype in op.tolerance:
-        return op.tolerance[dtype]
-    if dtype.startswith(("int", "uint", "bool")):
-        return (0.0, 0.0)
-    raise RuntimeError(f"operator {op.name!r} gives no tolerance for {dtype}")
+def calibration(ev, shape: dict, dist: str, ins, refs) -> dict:
+    """{"envelope", "verdicts", "reference"} of one shape and distribution (cached)."""
+    from ablate.evaluate import _cache
+    from operators import shape_id
+
+    impls = {name: b.fn for name, b in ev.op.baselines.items()
+             if not (b.needs_cuda and ev.device != "cuda") and b.unavailable() is None}
+    key = "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
+                    ev.op_hash, shape_id(shape), dist, ",".join(sorted(impls)), "envelope-v1"])
+    found = _cache.get("envelopes", key)
+    if found is None:
+        if impls and ev.device == "cuda":
+            ev.note(f"{shape_id(shape)} {dist}: calibrating the correctness envelope on {len(impls)} libraries "
+                    "(once per GPU and versions, then cached)")
+        cal = rule.calibrate(ev.op, tuple(ins), list(refs), impls, dtype=shape.get("dtype"))
+        found = {"envelope": cal.envelope.as_dict(), "verdicts": {k: v.as_dict() for k, v in cal.verdicts.items()},
+                 "reference": [s.as_dict() for s in cal.reference]}
+        _cache.put("envelopes", key, found)
+    return found
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> tuple[bool, float, str | None]:
-    """Full-output check |out - ref| <= atol + rtol*|ref|, with NaN never passing.
-    Returns (ok, max_abs_error, message)."""
-    o = out.to(torch.float64)
-    r = ref.to(o.device, torch.float64)
-    diff = (o - r).abs()
-    bad = ~(diff <= atol + rtol * r.abs())  # NaN compares False, so it is bad
-    max_err = float(diff.max()) if diff.numel() else 0.0
-    nbad = int(bad.sum())
-    if not nbad:
-        return True, max_err, None
-    idx = tuple(int(i) for i in torch.nonzero(bad)[0])
-    nan = int(torch.isnan(o).sum())
-    msg = (f"{nbad:,} of {o.numel():,} elements outside atol={atol:g} rtol={rtol:g}"
-           f"{f' ({nan:,} NaN)' if nan else ''}; first at {list(idx)}: got {float(o[idx]):.6g}, "
-           f"expected {float(r[idx]):.6g}")
-    return False, max_err, msg
+def judge_set(op, outs: list, refs, ins, env: rule.Envelope) -> tuple[dict[str, str], rule.Judgement]:
+    """Failures {reason: message} of one input set's outputs, and the rule's judgement."""
+    j = rule.judge_output(outs, refs, env, tuple(ins))
+    return ({} if j.ok else {"incorrect": j.message}), j
 
 
-def check(op, outs: list, refs: list, ins, exp) -> tuple[dict[str, str], float | None]:
-    """Failures {reason: message} of one input set's outputs, and the max abs error."""
-    if not isinstance(outs, list) or len(outs) != len(exp):
-        return {"wrong_shape": f"{len(outs) if isinstance(outs, list) else '?'} outputs, expected {len(exp)}"}, None
-    fails: dict[str, str] = {}
-    for t, (shape, dtype) in zip(outs, exp):
-        if shape is None or not isinstance(t, _Tensor):
-            continue
-        if list(t.shape) != shape:
-            fails.setdefault("wrong_shape", f"output shape {list(t.shape)}, expected {shape}")
-        elif str(t.dtype).removeprefix("torch.") != dtype:
-            fails.setdefault("wrong_dtype", f"output dtype {str(t.dtype).removeprefix('torch.')}, expected {dtype}")
-    if fails:
-        return fails, None
-    if op.check is not None:  # the operator's own rule (top-k ties, scaled tolerances)
-        got = outs[0] if len(outs) == 1 else tuple(outs)
-        ok, err, msg = op.check(got, refs[0] if len(refs) == 1 else tuple(refs), ins)
-        return ({} if ok else {"incorrect": msg}), float(err)
-    worst = 0.0
-    for t, (shape, dtype), ref in zip(outs, exp, refs):
-        if shape is None:  # a Python scalar output (FlashInfer definitions)
-            t, ref = torch.as_tensor(t, dtype=torch.float64), torch.as_tensor(ref)
-            dtype = "float32" if "float32" in op.tolerance else next(iter(op.tolerance))
-        elif not isinstance(t, _Tensor):
-            fails.setdefault("output_not_dense", f"a {type(t).__name__} where a tensor is expected")
-            continue
-        ok, err, msg = compare(t, ref, *tolerance(op, dtype))
-        worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
-        if not ok:
-            fails.setdefault("incorrect", msg)
-    return fails, worst
+def margin_row(worst: rule.Judgement | None, env: dict | None) -> dict:
+    """What a shape's result shows of its closest call: the kernel's error statistics beside the
+    envelope's bounds (margin <= 1 passes)."""
+    if worst is None or env is None:
+        return {"margin": None, "error_stats": None, "envelope": None}
+    return {"margin": _finite(worst.margin), "error_stats": [_finite_dict(s.as_dict()) for s in worst.stats],
+            "envelope": {"bounds": env["bounds"], "members": env["members"], "tol": env["tol"]}}
+
+
+def _finite(x):
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+def _finite_dict(d: dict) -> dict:
+    return {k: _finite(v) for k, v in d.items()}

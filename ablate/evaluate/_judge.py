@@ -141,11 +141,28 @@ class Evaluation:
     def sources(self, shape: dict) -> list[int]:
         return self.plans[self.shapes.index(shape)]["sources"]
 
-    def input_set(self, shape: dict, k: int, keep_inputs: bool = True):
-        """(inputs, references, expected outputs) of input set k of a shape."""
-        dist, d = self.plans[self.shapes.index(shape)]["sets"][k]
+    def input_set(self, shape: dict, k: int):
+        """(inputs, float64 references, the contract's outputs) of input set k of a shape."""
+        plan = self.plans[self.shapes.index(shape)]
+        dist, d = plan["sets"][k]
         ins = self.op.make_inputs(shape, set_seed(self.cfg["seed"], _shape_id(shape), dist, d), self.device, dist)
-        return ins, _correctness.references(self.op, ins), _correctness.expected(self.op, ins)
+        if "expected" not in plan:
+            plan["expected"] = _correctness.expected(self.op, ins)
+        return ins, _correctness.reference_outputs(self.op, ins), plan["expected"]
+
+    def calibrate(self, i: int, shape: dict) -> dict:
+        """The envelope of each distribution (from its first draw), and each library's verdicts."""
+        from operators import _correctness as rule
+
+        plan, out = self.plans[i], {}
+        for k, (dist, d) in enumerate(plan["sets"]):
+            if d == 0:
+                ins, refs, _ = self.input_set(shape, k)
+                out[dist] = _correctness.calibration(self, shape, dist, ins, refs)
+                del ins, refs
+        plan["envelopes"] = {dist: rule.Envelope.from_dict(c["envelope"]) for dist, c in out.items()}
+        plan["calibration"] = out
+        return {dist: c["verdicts"] for dist, c in out.items()}
 
     # -- the candidate's messages ------------------------------------------------------------
     def next_message(self, limit: float | None = None):
@@ -224,12 +241,12 @@ class Evaluation:
         torch, plan = self.torch, self.plans[i]
         row, fails, ran = self.row(shape, base), {}, set()
         seconds = {"references": 0.0, "checking": 0.0, "waiting": 0.0, "sending": 0.0}
-        outstanding: dict[int, tuple] = {}  # set -> (references, expected, inputs for op.check)
-        worst, checked, stop = 0.0, 0, None
+        outstanding: dict[int, tuple] = {}  # set -> (references, expected outputs, inputs)
+        worst, closest, closest_dist, checked, stop = 0.0, None, None, 0, None
         sets = plan["sets"]
 
         def receive_one() -> bool:
-            nonlocal worst, checked, stop
+            nonlocal worst, closest, closest_dist, checked, stop
             t0 = time.perf_counter()
             got = self.expect(("output",), i)
             seconds["waiting"] += time.perf_counter() - t0
@@ -266,12 +283,18 @@ class Evaluation:
                 fails.setdefault("driver_tampered", f"{dist} draw {d}: unreadable outputs: {e}")
                 stop = "failed"
                 return True
-            f, err = (outs, None) if isinstance(outs, dict) else _correctness.check(self.op, outs, refs, ins, exp)
+            if isinstance(outs, dict):
+                f, j = outs, None
+            else:
+                f, j = _correctness.judge_set(self.op, outs, refs, ins, plan["envelopes"][dist])
             seconds["checking"] += time.perf_counter() - t0
             for reason, text in f.items():
                 fails.setdefault(reason, f"{dist} draw {d}: {text}")
-            if err is not None:
+            if j is not None:
+                err = j.max_abs
                 worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
+                if closest is None or not j.margin <= closest.margin:
+                    closest, closest_dist = j, dist
             checked += 1
             return True
 
@@ -291,7 +314,7 @@ class Evaluation:
                 _channel.close_all([fd])
             seconds["references"] += t1 - t0
             seconds["sending"] += time.perf_counter() - t1
-            outstanding[k] = (refs, exp, ins if self.op.check is not None else None)
+            outstanding[k] = (refs, exp, ins)
             del ins
             while len(outstanding) >= IN_FLIGHT and not stop:
                 receive_one()
@@ -307,6 +330,7 @@ class Evaluation:
         row["correct"] = complete and not fails.keys() & {"incorrect", "wrong_shape", "wrong_dtype", "exception",
                                                          "crash", "oom", "output_not_dense", "driver_tampered"}
         row["max_abs_error"] = finite(worst) if checked else None
+        row.update(_correctness.margin_row(closest, plan["calibration"][closest_dist]["envelope"] if closest else None))
         if stop == "fatal":
             row["fatal"] = True
         elif self.cfg["timing"] and complete and not fails.keys() & {"output_not_dense", "wrong_device",
@@ -366,13 +390,14 @@ class Evaluation:
                     raise ValueError(f"set {j} is not a timing source")
                 ins, _, exp = self.input_set(shape, j)
                 ins = apply_perturbation(ins, moves)
-                refs = _correctness.references(self.op, ins)
+                refs = _correctness.reference_outputs(self.op, ins)
                 outs = self.read_outputs(msg, fds, exp)
             except (_channel.Malformed, ValueError, TypeError, KeyError) as e:
                 _channel.close_all(fds)
                 fails.setdefault("driver_tampered", f"unreadable timed output: {e}")
                 continue
-            f = outs if isinstance(outs, dict) else _correctness.check(self.op, outs, refs, ins, exp)[0]
+            f = outs if isinstance(outs, dict) else \
+                _correctness.judge_set(self.op, outs, refs, ins, plan["envelopes"][plan["sets"][j][0]])[0]
             if f:
                 fails.setdefault("stale_output", f"timed call {msg.get('call')}: {next(iter(f.values()))}")
         seconds["checking_timed"] = time.perf_counter() - t0
@@ -388,12 +413,15 @@ class Evaluation:
         return {"shape": shape, "shape_id": _shape_id(shape), "correct": False, "max_abs_error": None, "error": None,
                 "time_ms": None, "wall_ms": None, "baselines_ms": dict(base["ms"]),
                 "baselines_skipped": dict(base["skipped"]),
-                "best_baseline": None, "speedup_vs_best": None, "sol_fraction": None}
+                "best_baseline": None, "speedup_vs_best": None, "sol_fraction": None, "margin": None,
+                "error_stats": None, "envelope": None}
 
     # -- the whole evaluation ----------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
-        bases = [_baselines.for_shape(self, s) if cfg["timing"] else None for s in self.shapes]
+        verdicts = [self.calibrate(i, s) for i, s in enumerate(self.shapes)]
+        bases = [_baselines.for_shape(self, s, v) if cfg["timing"] else None
+                 for s, v in zip(self.shapes, verdicts)]
         self.control.send("ready", device=self.device)
         got = self.control.recv(None)
         if got is None or got[0].get("kind") != "candidate" or len(got[1]) != 1:

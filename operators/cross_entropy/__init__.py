@@ -4,6 +4,7 @@ from pathlib import Path
 import torch
 
 from operators._baselines import compile_baselines, liger_unavailable, quack_unavailable
+from operators._correctness import ContractRule
 from operators._inputs import dtype_of, esize, generator, integers, tensor
 from operators._operator import Baseline, Operator, load_module
 
@@ -35,8 +36,7 @@ def _f_cross_entropy(logits, labels):
 def _liger(logits, labels):
     # The forward-only path: with logits.requires_grad False Liger skips writing the gradient
     # into the logits in place. Its per-row losses come back in the logits' dtype (bf16), so
-    # the mean is taken in float32 here; the benchmark's correctness column shows whether
-    # that rounding stays within the tolerance.
+    # the mean is taken in float32 here: it breaks FLOAT32_ROW_LOSSES, and the judge says so.
     from liger_kernel.ops.cross_entropy import cross_entropy_forward
 
     loss, *_ = cross_entropy_forward(logits, labels, None, -100, 0.0, 0.0, "none", None, False)
@@ -48,6 +48,23 @@ def _quack(logits, labels):
 
     return cross_entropy_fwd(logits, labels).mean()  # per-row float32 losses, forward only
 
+
+def _equal_rows(inputs):
+    """Every row the same (zeros, with c at its label), c chosen so that the per-row loss
+    log(V - 1 + e**c) - c sits far from the bfloat16 grid: a loss rounded to bfloat16 before
+    the mean is then off by ~2**-9 of it in every row alike, instead of averaging out."""
+    logits, labels = inputs
+    M, V = logits.shape
+    c = torch.linspace(-8.0, 0.0, 2049, dtype=torch.float64).to(torch.bfloat16).unique().double()  # c <= 0: max 0
+    loss = torch.log((V - 1) + torch.exp(c)) - c
+    c = c[((loss.to(torch.bfloat16).double() - loss).abs() / loss).argmax()]
+    probe = torch.zeros_like(logits)
+    probe.scatter_(1, labels[:, None], float(c))
+    return probe, labels
+
+
+FLOAT32_ROW_LOSSES = ContractRule(
+    "float32_row_losses", "each row's loss stays float32 until the mean", _equal_rows, limit=1e-4)
 
 SMOKE = [
     {"M": 8, "V": 512, "dtype": "bfloat16"},
@@ -73,16 +90,16 @@ OPERATOR = Operator(
     reference=_ref.reference,
     make_inputs=make_inputs,
     shapes={"smoke": SMOKE, "public": PUBLIC, "eval": PUBLIC + HIDDEN},
-    # One float32 number accumulated in float32: tight, so a bf16 accumulation fails.
-    tolerance={"bfloat16": (1e-4, 1e-4), "float16": (1e-4, 1e-4), "float32": (1e-5, 1e-5)},
+    # One float32 number accumulated in float32: an honest order of summation stays within 1e-5
+    # of it, a loss rounded to bfloat16 (2**-9) fails.
+    tolerance={"bfloat16": 1e-4, "float16": 1e-4, "float32": 1e-5},
     bytes=_bytes,
     flops=_flops,
     baselines={
         "torch_eager": Baseline("torch_eager", _ref.reference),
         "torch_F.cross_entropy": Baseline("torch_F.cross_entropy", _f_cross_entropy),
         **compile_baselines(_ref.reference),
-        # Measured on an H200 (liger 0.8.5): outside this contract on large-magnitude logits (its
-        # per-row losses are bfloat16), so the evaluator excludes it there, saying why.
+        # Stores its per-row losses in bfloat16 (liger 0.8.5): excluded by FLOAT32_ROW_LOSSES.
         "liger": Baseline("liger", _liger, liger_unavailable, needs_cuda=True),
         "quack": Baseline("quack", _quack, quack_unavailable, needs_cuda=True),
     },
@@ -98,5 +115,6 @@ OPERATOR = Operator(
         "aten::logsumexp",
     ),
     task_files={"reference.py": HERE / "reference.py"},
+    contract_rules=(FLOAT32_ROW_LOSSES,),
     why_shapes="LM-head losses over real vocabularies: Llama-3 128256, Qwen 151936, Llama-2 32000, Gemma 256000, for 3000-16384 tokens.",
 )

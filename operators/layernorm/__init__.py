@@ -3,9 +3,10 @@ from pathlib import Path
 
 import torch
 
-from operators._baselines import compile_baselines, liger_unavailable
+from operators._baselines import compile_baselines, flashinfer_unavailable, liger_unavailable, quack_unavailable
+from operators._correctness import TOLERANCE
 from operators._inputs import dtype_of, esize, generator, tensor
-from operators._operator import Baseline, Operator, ROUNDED_ONCE_TOLERANCE, load_module
+from operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "operators.layernorm.reference")
@@ -38,6 +39,20 @@ def _liger(x, weight, bias):
     return LigerLayerNormFunction.apply(x, weight, bias, _ref.EPS)
 
 
+# quack and FlashInfer take float32 weight and bias: converting the two [N] vectors is exact and
+# O(N), beside the O(M * N) normalisation.
+def _quack(x, weight, bias):
+    from quack.rmsnorm import layernorm_fwd
+
+    return layernorm_fwd(x, weight.float(), bias.float(), eps=_ref.EPS)
+
+
+def _flashinfer(x, weight, bias):
+    import flashinfer
+
+    return flashinfer.layernorm(x, weight.float(), bias.float(), _ref.EPS)
+
+
 SMOKE = [{"M": 8, "N": 512, "dtype": "bfloat16"}, {"M": 5, "N": 1000, "dtype": "bfloat16"}]
 PUBLIC = [{"M": 16384, "N": 4096, "dtype": "bfloat16"}]
 HIDDEN = [
@@ -57,7 +72,7 @@ OPERATOR = Operator(
     reference=_ref.reference,
     make_inputs=make_inputs,
     shapes={"smoke": SMOKE, "public": PUBLIC, "eval": PUBLIC + HIDDEN},
-    tolerance=ROUNDED_ONCE_TOLERANCE,
+    tolerance=TOLERANCE,
     bytes=_bytes,
     flops=_flops,
     baselines={
@@ -65,12 +80,14 @@ OPERATOR = Operator(
         "torch_F.layer_norm": Baseline("torch_F.layer_norm", _f_layer_norm),
         **compile_baselines(_ref.reference),
         "liger": Baseline("liger", _liger, liger_unavailable, needs_cuda=True),
+        "quack": Baseline("quack", _quack, quack_unavailable, needs_cuda=True),
+        "flashinfer": Baseline("flashinfer", _flashinfer, flashinfer_unavailable, needs_cuda=True),
     },
     library_calls=(
         "torch.nn.functional.layer_norm", "torch.layer_norm", "F.layer_norm", "torch.nn.LayerNorm",
-        "torch.native_layer_norm", "liger_kernel", "quack", "apex",
+        "torch.native_layer_norm", "liger_kernel", "quack", "apex", "flashinfer",
     ),
-    library_ops=("aten::layer_norm", "aten::native_layer_norm",),
+    library_ops=("aten::layer_norm", "aten::native_layer_norm"),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Hidden sizes of GPT-style and Llama-family models (4096, 8192, 5120, 7168) times token batches; 4000 rows is not a power of two.",
 )

@@ -3,9 +3,10 @@ from pathlib import Path
 
 import torch
 
-from operators._baselines import compile_baselines, liger_unavailable, quack_unavailable
+from operators._baselines import compile_baselines, flashinfer_unavailable, liger_unavailable, quack_unavailable
+from operators._correctness import TOLERANCE
 from operators._inputs import DTYPES, generator, tensor
-from operators._operator import Baseline, Operator, ROUNDED_ONCE_TOLERANCE, load_module
+from operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "operators.rmsnorm.reference")
@@ -39,9 +40,15 @@ def _liger(x, weight):
 
 
 def _quack(x, weight):
-    import quack
+    from quack.rmsnorm import rmsnorm_fwd
 
-    return quack.rmsnorm(x, weight, eps=_ref.EPS)
+    return rmsnorm_fwd(x, weight, eps=_ref.EPS)[0]  # forward only: (out, residual_out, rstd)
+
+
+def _flashinfer(x, weight):
+    import flashinfer
+
+    return flashinfer.rmsnorm(x, weight, eps=_ref.EPS)
 
 
 SMOKE = [{"M": 8, "N": 512, "dtype": "bfloat16"}, {"M": 5, "N": 1000, "dtype": "bfloat16"}]
@@ -62,7 +69,7 @@ OPERATOR = Operator(
     reference=_ref.reference,
     make_inputs=make_inputs,
     shapes={"smoke": SMOKE, "public": PUBLIC, "eval": PUBLIC + HIDDEN},
-    tolerance=ROUNDED_ONCE_TOLERANCE,
+    tolerance=TOLERANCE,
     bytes=_bytes,
     flops=_flops,
     baselines={
@@ -71,9 +78,11 @@ OPERATOR = Operator(
         **compile_baselines(_ref.reference),
         "liger": Baseline("liger", _liger, liger_unavailable, needs_cuda=True),
         "quack": Baseline("quack", _quack, quack_unavailable, needs_cuda=True),
+        "flashinfer": Baseline("flashinfer", _flashinfer, flashinfer_unavailable, needs_cuda=True),
     },
-    library_calls=("torch.nn.functional.rms_norm", "torch.rms_norm", "F.rms_norm", "liger_kernel", "quack"),
-    library_ops=("aten::rms_norm", "aten::_fused_rms_norm",),
+    library_calls=("torch.nn.functional.rms_norm", "torch.rms_norm", "F.rms_norm", "liger_kernel", "quack",
+                   "flashinfer"),
+    library_ops=("aten::rms_norm", "aten::_fused_rms_norm"),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Llama-3 8B/70B, Mistral and DeepSeek-V3 hidden sizes (4096, 8192, 5120, 7168) times token batches.",
 )

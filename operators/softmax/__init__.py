@@ -4,6 +4,7 @@ from pathlib import Path
 import torch
 
 from operators._baselines import compile_baselines, liger_unavailable, quack_unavailable
+from operators._correctness import TOLERANCE
 from operators._inputs import dtype_of, esize, generator, tensor
 from operators._operator import Baseline, Operator, load_module
 
@@ -62,8 +63,7 @@ OPERATOR = Operator(
     reference=_ref.reference,
     make_inputs=make_inputs,
     shapes={"smoke": SMOKE, "public": PUBLIC, "eval": PUBLIC + HIDDEN},
-    # Outputs lie in [0, 1] and many are tiny: a small atol, else an all-zero row would pass.
-    tolerance={"bfloat16": (1e-5, 1.6e-2), "float16": (1e-5, 1e-3), "float32": (1.3e-6, 1e-5)},
+    tolerance=TOLERANCE,
     bytes=_bytes,
     flops=_flops,
     baselines={

@@ -4,8 +4,9 @@ from pathlib import Path
 import torch
 
 from operators._baselines import compile_baselines, liger_unavailable
+from operators._correctness import TOLERANCE
 from operators._inputs import dtype_of, esize, generator, tensor
-from operators._operator import Baseline, Operator, ROUNDED_ONCE_TOLERANCE, load_module
+from operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "operators.swiglu.reference")
@@ -55,7 +56,7 @@ OPERATOR = Operator(
     reference=_ref.reference,
     make_inputs=make_inputs,
     shapes={"smoke": SMOKE, "public": PUBLIC, "eval": PUBLIC + HIDDEN},
-    tolerance=ROUNDED_ONCE_TOLERANCE,
+    tolerance=TOLERANCE,
     bytes=_bytes,
     flops=_flops,
     baselines={
@@ -68,7 +69,7 @@ OPERATOR = Operator(
         "torch.nn.functional.silu", "F.silu", "torch.nn.SiLU", "torch.sigmoid", "Tensor.sigmoid",
         "torch.nn.functional.sigmoid", "torch.special.expit", "liger_kernel", "quack",
     ),
-    library_ops=("aten::silu", "aten::silu_", "aten::glu",),
+    library_ops=("aten::silu", "aten::silu_", "aten::glu"),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="MLP intermediate sizes of Llama-3 8B (14336) and 70B (28672), DeepSeek-V3 dense layers (18432) and Llama-2 7B (11008); 3000 rows is not a power of two.",
 )

@@ -68,15 +68,15 @@ def test_external_baseline_from_a_file(tmp_path):
     assert b.unavailable() is None
     shape = op.shapes["smoke"][1]
     inputs = op.make_inputs(shape, 0, "cpu", "large")
-    ok, _, msg = op.verify(b.fn(*inputs), op.reference(*inputs), inputs, shape["dtype"])
-    assert ok, msg
+    j = op.verify(b.fn(*inputs), inputs)
+    assert j.ok, j.message
 
 
 def test_external_baseline_that_is_wrong_is_judged_wrong(tmp_path):
     op = operators.get("softmax")
     ext = operators.with_external_baselines(op, {"bad": _kernel_file(tmp_path)})
     inputs = op.make_inputs(op.shapes["smoke"][0], 0, "cpu", "normal")
-    assert not op.verify(ext.baselines["bad"].fn(*inputs), op.reference(*inputs), inputs)[0]
+    assert not op.verify(ext.baselines["bad"].fn(*inputs), inputs).ok
 
 
 def test_external_baseline_name_clash():
@@ -116,5 +116,5 @@ def test_verify_uses_the_shape_dtype_tolerance():
     inputs = op.make_inputs(op.shapes["smoke"][0], 0, "cpu", "normal")
     expected = op.reference(*inputs)
     near = expected + 5e-4 * expected.abs()
-    assert not op.verify(near, expected, inputs, "bfloat16")[0]  # bf16 inputs: rtol 1e-4
-    assert op.verify(expected + torch.tensor(1e-7), expected, inputs, "bfloat16")[0]
+    assert not op.verify(near, inputs).ok  # bf16 inputs: tolerance 1e-4 of the loss
+    assert op.verify(expected + torch.tensor(1e-7), inputs).ok

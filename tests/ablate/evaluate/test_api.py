@@ -108,15 +108,20 @@ def test_a_candidate_that_kills_its_parent_is_rejected_and_the_next_evaluation_w
     assert judged("honest_torch", draws=1, seed=9)["verdict"] == "accepted"
 
 
-def test_processes_a_candidate_leaves_behind_are_killed(judged):
+def _sleepers() -> set[str]:
     import subprocess
 
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in ps.splitlines() if "sleep 600.4242" in line}
+
+
+def test_processes_a_candidate_leaves_behind_are_killed(judged):
+    before = _sleepers()  # left by an unconfined run elsewhere, if any
     r = judged("daemon", draws=1, scan=False)
     assert r["reasons"] == ["helper_process"] and "sleep" in r["details"]["helper_process"]
     if r["sandbox"] != "bwrap":
         pytest.skip("without a PID namespace a detached process escapes the process tree")
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "sleep 600.4242" not in ps
+    assert not _sleepers() - before
 
 
 @pytest.mark.parametrize("name,reason", [("honest_triton", None), ("segfault", "crash"), ("hang", "timeout"),
