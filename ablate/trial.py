@@ -151,7 +151,9 @@ def run_trial(spec: TrialSpec, store: Store, progress=None) -> Path:
     tmp = store.begin(spec.study, spec.trial_id)
     try:
         started = datetime.now(timezone.utc).isoformat()
-        ws = Workspace.create(tmp / "workspace", task.files, Limits(**spec.sandbox))
+        # the store (other trials' records and workspaces) stays out of sight wherever it lies
+        hide = [*(spec.sandbox.get("hide") or ()), str(store.root.resolve())]
+        ws = Workspace.create(tmp / "workspace", task.files, Limits(**{**spec.sandbox, "hide": hide}))
         agent = harness.run(model, task, ws, budget, progress=progress)
         t0 = time.monotonic()
         try:  # through the workspace's safe reader: kernel.py may be a symlink planted by the agent

@@ -175,8 +175,10 @@ def ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0,
         e = stats.estimate(counted["operator"], counted["log_ratio"]) if not p.empty else stats.estimate([], [])
         w, t, lo = stats.win_tie_loss(counted["log_ratio"], band) if not p.empty else (0, 0, 0)
         not_acc = (lambda col: int((p[col] != "accepted").sum())) if not p.empty else (lambda col: 0)
+        refused_trials = len({r["trial_id"] for r in refused})
+        unmatched = int((~sub[sub["arm"] == arm]["trial_id"].isin(p["trial_id"] if not p.empty else [])).sum()) - refused_trials
         rows.append({"timing": timing, "ratio": f"{arm} / {baseline}", "model": model, "pairs": len(p),
-                     "counted": e.n, "refused": len(refused), "arm_not_accepted": not_acc("outcome"),
+                     "counted": e.n, "refused": refused_trials, "unmatched": unmatched, "arm_not_accepted": not_acc("outcome"),
                      "baseline_not_accepted": not_acc("outcome_base"), **_estimate_row(e, "geomean_ratio"),
                      "wilcoxon_p": stats.wilcoxon(counted["log_ratio"]) if not p.empty else np.nan,
                      "wins": w, "ties": t, "losses": lo})
@@ -342,7 +344,8 @@ def summary(path: Path | str, baseline: str | None = None, rejected_as: float | 
     """Every table of a study directory. ``activity``: also read transcripts (mechanism use, best-so-far)."""
     records, skipped = frames.load(path)
     df = frames.trial_frame(records)
-    out: dict[str, Any] = {"trials": df, "skipped": skipped, "variants": frames.arm_variants(df), "refusals": []}
+    out: dict[str, Any] = {"trials": df, "skipped": skipped, "variants": frames.arm_variants(df), "refusals": [],
+                           "records": records}
     if df.empty:
         return out
     shapes = frames.shape_frame(records)

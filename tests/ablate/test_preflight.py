@@ -79,3 +79,15 @@ def test_a_venv_under_tmp_that_the_sandbox_hid_stops_with_one_line(tmp_venv):
                          text=True, timeout=300)
     last = out.stdout.strip().splitlines()[-1]
     assert last.startswith("ERROR preflight:") and "fix:" in last, out.stdout + out.stderr
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_agents_shell_sees_it():
+    assert preflight.check(Limits(), gpu=True)["cuda"] is True
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_sandbox_without_it_stops_with_one_line():
+    with pytest.raises(AblateError) as e:
+        preflight.check(Limits(gpu=False), gpu=True)
+    assert "\n" not in str(e.value) and "sees none" in str(e.value) and "fix:" in str(e.value)

@@ -47,6 +47,7 @@ def test_no_submission_is_recorded_as_such(tmp_path):
     assert rec["end_reason"] == "model_stopped" and rec["verdict"] == "rejected"
     assert rec["evaluation"]["reasons"] == ["no_submission"]
     assert rec["sandbox"]["confinement"] == "bwrap"
+    assert str((tmp_path / "store").resolve()) in rec["sandbox"]["hidden"]  # kept out wherever it lies
 
 
 def test_sandbox_attempts_end_cleanly_and_the_record_shows_them(tmp_path):
