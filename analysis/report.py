@@ -70,6 +70,7 @@ TABLES = [  # (key in summary, title)
     ("paper", "Per arm: the paper's figures"),
     ("arms", "Arms: geomean speedup vs the best library, outcome counts"),
     ("ratios", "Matched ratios against the baseline"),
+    ("operator_ratios", "Matched ratios per operator"),
     ("planning", "Planning: spread, minimum detectable effect, seeds needed"),
     ("operators", "Per operator and arm"),
     ("fast_p", "fast_p (KernelBench; baseline: the best library)"),

@@ -185,6 +185,22 @@ def ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0,
     return pd.DataFrame(rows)
 
 
+def operator_ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0,
+                         band: float = stats.TIE_BAND) -> pd.DataFrame:
+    """The matched ratio per operator: geomean over its seeds with the paired t interval, wins/ties/losses."""
+    rows = []
+    for timing, arm, model, sub in _arms_against(df, baseline):
+        p, _ = pairs(sub, arm, baseline, rejected_as)
+        for op, g in p.groupby("operator", sort=True) if not p.empty else []:
+            x = g["log_ratio"][np.isfinite(g["log_ratio"])]
+            e = stats.estimate([op] * len(x), x)
+            w, t, lo = stats.win_tie_loss(x, band)
+            rows.append({"timing": timing, "ratio": f"{arm} / {baseline}", "model": model, "operator": op,
+                         "pairs": len(g), "counted": e.n, **_estimate_row(e, "geomean_ratio"),
+                         "wins": w, "ties": t, "losses": lo})
+    return pd.DataFrame(rows)
+
+
 def planning_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0, effect: float = 1.05,
                    alpha: float = 0.05, power: float = 0.8) -> pd.DataFrame:
     """From this study as a pilot: the spread of paired log-ratios within operators, the minimum
@@ -356,6 +372,7 @@ def summary(path: Path | str, baseline: str | None = None, rejected_as: float | 
     if baseline and baseline in set(df["arm"]):
         out["ratios"] = ratio_table(df, baseline, rejected_as)
         out["planning"] = planning_table(df, baseline, rejected_as)
+        out["operator_ratios"] = operator_ratio_table(df, baseline, rejected_as)
         for _, arm, _, sub in _arms_against(df, baseline):
             out["refusals"] += pairs(sub, arm, baseline, rejected_as)[1]
     if activity:

@@ -36,7 +36,7 @@ def written(study, tmp_path_factory):
 def test_tables_plots_and_a_page_per_trial_are_written(study, written):
     out, index = written
     assert index == out / "index.html"
-    for name in ("arms", "ratios", "planning", "paper", "operators", "fast_p", "sol_score", "cost", "mechanisms",
+    for name in ("arms", "ratios", "operator_ratios", "planning", "paper", "operators", "fast_p", "sol_score", "cost", "mechanisms",
                  "rejections", "trials"):
         assert (out / "tables" / f"{name}.csv").stat().st_size > 0, name
     md = (out / "tables.md").read_text()

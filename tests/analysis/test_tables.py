@@ -85,6 +85,21 @@ def test_known_true_ratios_come_out(tmp_path):
     assert (r["pairs"] == 6).all() and (r["refused"] == 0).all()
 
 
+def test_ratio_per_operator_is_the_paired_interval_over_its_seeds(tmp_path):
+    from scipy import stats as sps
+
+    base, arm = [1.0, 1.1, 0.9, 1.05], [1.5, 1.4, 1.2, 1.6]
+    for seed, (b, a) in enumerate(zip(base, arm)):
+        write_trial(tmp_path, "goal_only", seed, b)
+        write_trial(tmp_path, "kda05", seed, a)
+        write_trial(tmp_path, "goal_only", seed, 1.0, operator="softmax")
+        write_trial(tmp_path, "kda05", seed, None, "crashed", operator="softmax")
+    t = tables.operator_ratio_table(tables.trials(tmp_path), "goal_only").set_index("operator")
+    ci = sps.ttest_rel(np.log(arm), np.log(base)).confidence_interval()
+    assert (math.log(t.loc["rmsnorm", "ci_low"]), math.log(t.loc["rmsnorm", "ci_high"])) == pytest.approx((ci.low, ci.high))
+    assert t.loc["softmax", "geomean_ratio"] == pytest.approx(1.0) and t.loc["softmax", "ties"] == 4
+
+
 def test_geomean_first_over_seeds_within_operator_then_over_operators(tmp_path):
     write_trial(tmp_path, "a", 0, 4.0, operator="rmsnorm")
     write_trial(tmp_path, "a", 1, 4.0, operator="rmsnorm")
