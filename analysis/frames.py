@@ -59,7 +59,7 @@ def load(path: Path | str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]
         if why:
             skipped.append((str(Path(r.get("_dir", "?")) / "record.json") if isinstance(r, dict) else "?", why))
         else:
-            good.append(r)
+            good.append(_clean(r))
     return good, skipped
 
 
@@ -69,14 +69,51 @@ def _invalid(r: Any) -> str | None:
     missing = [k for k in REQUIRED if r.get(k) is None]
     if missing:
         return f"partial record: no {', '.join(missing)}"
-    for k in ("evaluation", "usage", "agent", "environment", "model", "harness"):
-        if r.get(k) is not None and not isinstance(r[k], dict):
-            return f"partial record: {k} is a {type(r[k]).__name__}, not an object"
+    if r.get("evaluation") is not None and not isinstance(r["evaluation"], dict):
+        return f"partial record: evaluation is a {type(r['evaluation']).__name__}, not an object"
     try:
         int(r["seed"])
     except (TypeError, ValueError):
         return f"partial record: seed {r['seed']!r} is not an integer"
     return None
+
+
+def _dict(x: Any) -> dict:
+    return x if isinstance(x, dict) else {}
+
+
+def _dicts(x: Any) -> list[dict]:
+    return [i for i in x if isinstance(i, dict)] if isinstance(x, list) else []
+
+
+def _clean(r: dict[str, Any]) -> dict[str, Any]:
+    """The record with every part analysis reads in the type it expects: a damaged part (a
+    string where an object belongs, a list of non-objects) reads as absent, never as a crash."""
+    r = dict(r, seed=int(r["seed"]), arm=str(r["arm"]), operator=str(r["operator"]), trial_id=str(r["trial_id"]))
+    ev = dict(_dict(r.get("evaluation")))
+    if ev:
+        ev["reasons"] = [str(x) for x in ev.get("reasons")] if isinstance(ev.get("reasons"), list) else []
+        ev["details"] = _dict(ev.get("details"))
+        ev["device"] = _dict(ev.get("device"))
+        shapes = []
+        for sh in _dicts(ev.get("shapes")):
+            sh = dict(sh, time_ms=_dict(sh.get("time_ms")), baselines_ms=_dict(sh.get("baselines_ms")))
+            sh["shape_id"] = None if sh.get("shape_id") is None else str(sh["shape_id"])
+            sh["best_baseline"] = sh["best_baseline"] if isinstance(sh.get("best_baseline"), str) else None
+            shapes.append(sh)
+        ev["shapes"] = shapes
+        r["evaluation"] = ev
+    agent = dict(_dict(r.get("agent")))
+    agent["events"] = _dicts(agent.get("events"))
+    r["agent"] = agent
+    for k in ("usage", "environment", "model", "sandbox"):
+        r[k] = _dict(r.get(k))
+    for k in ("match_fields", "environment_key", "harness"):
+        r[k] = r[k] if isinstance(r.get(k), dict) else None
+    if r.get("mechanisms") is not None:
+        r["mechanisms"] = {str(k): dict(v, events=_dicts(v.get("events"))) for k, v in _dict(r["mechanisms"]).items()
+                           if isinstance(v, dict)}
+    return r
 
 
 def timing_kind(r: dict[str, Any]) -> str:
@@ -251,14 +288,13 @@ def activity(records: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]
         base = {"trial_id": r["trial_id"], "arm": r["arm"], "model": (r.get("model") or {}).get("id"),
                 "operator": r["operator"], "seed": int(r["seed"]), "timing": timing_kind(r)}
         d = Path(r["_dir"]) if r.get("_dir") else None
-        transcript = _jsonl(d / "transcript.jsonl") if d else []
-        for point in _trial_points(r, transcript, d):
+        messages = transcript(d / "transcript.jsonl") if d else []
+        for point in _trial_points(r, messages, d):
             progress.append({**base, **point})
         counts: dict[str, float] = {}
-        for m in transcript:
-            for c in (m.get("tool_calls") or []) if m.get("role") == "assistant" else []:
-                if isinstance(c, dict):
-                    counts[f"tool:{c.get('name')}"] = counts.get(f"tool:{c.get('name')}", 0) + 1
+        for m in messages:
+            for c in m["tool_calls"] if m.get("role") == "assistant" else []:
+                counts[f"tool:{c.get('name')}"] = counts.get(f"tool:{c.get('name')}", 0) + 1
         for e in _events(r):
             counts[f"event:{e.get('event')}"] = counts.get(f"event:{e.get('event')}", 0) + 1
         mech = r.get("mechanisms")
@@ -318,6 +354,17 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def transcript(path: Path) -> list[dict[str, Any]]:
+    """A trial's messages; tool calls that are not objects are dropped."""
+    out = []
+    for m in _jsonl(path):
+        m = dict(m, tool_calls=_dicts(m.get("tool_calls")))
+        for c in m["tool_calls"]:
+            c["arguments"] = _dict(c.get("arguments"))
+        out.append(m)
+    return out
+
+
 def _spend_by_turn(path: Path) -> list[tuple[float, float]]:
     """Cumulative (tokens, dollars) after each model call."""
     tokens = cost = 0.0
@@ -356,4 +403,4 @@ def trial_files(trial_dir: Path | str) -> dict[str, Any]:
         kernel = (d / "kernel.py").read_text(errors="replace")
     except OSError:
         kernel = None
-    return {"transcript": _jsonl(d / "transcript.jsonl"), "kernel": kernel}
+    return {"transcript": transcript(d / "transcript.jsonl"), "kernel": kernel}

@@ -175,7 +175,10 @@ def _index_page(path, s: dict[str, Any], present, images, out: Path, rejected_as
     if not df.empty:
         trials = df[["trial_id", "arm", "model", "operator", "seed", "timing", "outcome", "reasons", "end_reason",
                      "speedup", "turns", "tokens", "cost_usd"]].copy()
-        trials["trial_id"] = [f"<a href='trials/{_file_name(t)}.html'>{html.escape(t)}</a>" for t in trials["trial_id"]]
+        for col in trials.columns:  # the table is written unescaped for its links: escape every text cell here
+            if not pd.api.types.is_numeric_dtype(trials[col]) and not pd.api.types.is_bool_dtype(trials[col]):
+                trials[col] = trials[col].map(lambda v: html.escape(str(v)) if v is not None else "")
+        trials["trial_id"] = [f"<a href='trials/{_file_name(html.unescape(t))}.html'>{t}</a>" for t in trials["trial_id"]]
         parts.append("<h2 id='trials'>Trials</h2>" + _table_html(trials, escape=False, table_id="table-trials"))
     return _html(f"Study {path}", "\n".join(parts))
 

@@ -102,3 +102,43 @@ def test_the_report_renders_in_headless_chromium(written, tmp_path):
     blue = (np.abs(img - np.array([31, 119, 180])).sum(axis=2) < 30).sum()
     assert blue > 200, blue
     assert len(np.unique(img.reshape(-1, 3), axis=0)) > 50  # text, tables and plots, not a blank page
+
+
+@pytest.mark.parametrize("damage", [
+    {"evaluation": {"verdict": "accepted", "shapes": {"not": "a list"}, "geomean_speedup": "fast"}},
+    {"evaluation": {"verdict": "accepted", "shapes": [1, None, {"shape_id": 3, "time_ms": 5}], "geomean_speedup": -2}},
+    {"agent": {"turns": "many", "events": "none"}, "usage": {"total_tokens": None, "cost_usd": "free"}},
+    {"match_fields": ["a", "list"], "environment_key": "a string", "harness": None},
+    {"mechanisms": {"knowledge": "all", "reviewer": {"rounds": "two", "events": [1, {"event": "review"}]}}},
+    {"seed": "one"},
+    {"arm": None},
+])
+def test_a_damaged_record_never_crashes_the_report(tmp_path, damage):
+    import json
+
+    write_trial(tmp_path, "goal_only", 0, 1.0)
+    path = write_trial(tmp_path, "kda05", 0, 2.0, evaluate_calls=[1.5])
+    rec = json.loads((path / "record.json").read_text()) | damage
+    (path / "record.json").write_text(json.dumps(rec))
+    (path / "transcript.jsonl").write_text('{"role": "assistant", "tool_calls": "x"}\n[1, 2]\nnot json\n')
+    (path / "model_calls.jsonl").write_text('{"response": {"usage": {"total_tokens": "x"}}}\n')
+    index = report.write(tmp_path / "study", tmp_path / "r", "goal_only", quiet=True)
+    assert index.is_file() and "goal_only" in index.read_text()
+    assert "goal_only" in report.text(tmp_path / "study", "goal_only")
+
+
+def test_what_an_agent_wrote_cannot_inject_markup_into_the_report(tmp_path):
+    import json
+
+    path = write_trial(tmp_path, "kda05", 0, None, "rejected")
+    rec = json.loads((path / "record.json").read_text())
+    rec["evaluation"]["reasons"] = ["<script>alert(1)</script>"]
+    rec["evaluation"]["details"] = {"incorrect": "<img src=x onerror=alert(2)>"}
+    (path / "record.json").write_text(json.dumps(rec))
+    (path / "kernel.py").write_text("</pre><script>alert(3)</script>")
+    (path / "transcript.jsonl").write_text(json.dumps({"role": "assistant", "content": "<script>alert(4)</script>",
+                                                       "tool_calls": []}) + "\n")
+    out = tmp_path / "r"
+    report.write(tmp_path / "study", out, quiet=True)
+    text = (out / "index.html").read_text() + "".join(p.read_text() for p in (out / "trials").glob("*.html"))
+    assert "<script" not in text and "<img src=x" not in text and "&lt;script&gt;alert(3)" in text
