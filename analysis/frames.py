@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +50,28 @@ def load(path: Path | str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]
                 records += [r for r in read_records(p.parent) if r.get("_dir") == str(p.parent)]
             except (OSError, ValueError, UnicodeDecodeError) as e:
                 skipped.append((str(p), f"unreadable: {type(e).__name__}: {str(e)[:120]}"))
-    dirs = {Path(r["_dir"]) for r in records if isinstance(r, dict) and r.get("_dir")}
+    dirs = {r["_dir"] for r in records if isinstance(r, dict) and r.get("_dir")}
     good = []
     for r in records:
-        outer = next((d for d in Path(r.get("_dir", "")).parents if d in dirs), None) if isinstance(r, dict) else None
+        outer = _enclosing(r.get("_dir", ""), dirs) if isinstance(r, dict) else None
         # A record.json inside another trial's directory was written by that trial's agent (its
         # workspace is stored there): a forged record, never a trial.
-        why = f"inside trial {outer.name}'s directory: written by its agent, not by the runner" if outer else _invalid(r)
+        why = f"inside trial {os.path.basename(outer)}'s directory: written by its agent, not by the runner" if outer else _invalid(r)
         if why:
             skipped.append((str(Path(r.get("_dir", "?")) / "record.json") if isinstance(r, dict) else "?", why))
         else:
             good.append(_clean(r))
     return good, skipped
+
+
+def _enclosing(d: str, dirs: set[str]) -> str | None:
+    """The trial directory that holds directory ``d``, if any."""
+    parent = os.path.dirname(d)
+    while parent and parent != d:
+        if parent in dirs:
+            return parent
+        d, parent = parent, os.path.dirname(parent)
+    return None
 
 
 def _invalid(r: Any) -> str | None:

@@ -159,6 +159,18 @@ def _table_html(df: pd.DataFrame, **kw) -> str:
     return df.to_html(index=False, float_format=lambda x: f"{x:.4g}", na_rep="", border=0, **kw)
 
 
+def _rows_html(rows: list[dict[str, Any]], table_id: str) -> str:
+    """A small table without pandas (one per trial page: thousands of pages)."""
+    import html
+
+    def cell(v):
+        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else html.escape(str(v))
+
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in r.values()) + "</tr>" for r in rows)
+    return f"<table id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
 def _index_page(path, s: dict[str, Any], present, images, out: Path, rejected_as) -> str:
     import html
 
@@ -210,7 +222,7 @@ def _trial_page(row: pd.Series, record: dict[str, Any], files: dict[str, Any]) -
                  "speedup": x.get("speedup_vs_best"),
                  "margin_vs_library": (x["speedup_vs_best"] - 1) if isinstance(x.get("speedup_vs_best"), (int, float)) else None,
                  "sol_fraction": x.get("sol_fraction"), "error": x.get("error")} for x in shapes]
-        parts.append("<h2>Per shape</h2>" + _table_html(pd.DataFrame(rows), table_id="shapes"))
+        parts.append("<h2>Per shape</h2>" + _rows_html(rows, "shapes"))
     mech = {"harness": record.get("harness"), "events": (record.get("agent") or {}).get("events"),
             "mechanisms": record.get("mechanisms"), "usage": record.get("usage")}
     calls: dict[str, int] = {}

@@ -164,13 +164,20 @@ def _arms_against(df: pd.DataFrame, baseline: str):
         yield timing, arm, model, sub
 
 
-def ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0, band: float = stats.TIE_BAND) -> pd.DataFrame:
+def matched(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0) -> list[tuple]:
+    """(timing, arm, model, trials of that timing and model, pairs, refused) for every arm against
+    ``baseline``: computed once, shared by the ratio tables."""
+    return [(timing, arm, model, sub, *pairs(sub, arm, baseline, rejected_as))
+            for timing, arm, model, sub in _arms_against(df, baseline)]
+
+
+def ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0, band: float = stats.TIE_BAND,
+                paired: list | None = None) -> pd.DataFrame:
     """For every arm against ``baseline``: the geomean over operators of per-operator matched
     log-ratios with its 95% interval, the outcome counts of both sides, the Wilcoxon signed-rank
     p-value, and win/tie/loss with a tie band of +-``band``."""
     rows = []
-    for timing, arm, model, sub in _arms_against(df, baseline):
-        p, refused = pairs(sub, arm, baseline, rejected_as)
+    for timing, arm, model, sub, p, refused in paired if paired is not None else matched(df, baseline, rejected_as):
         counted = p[np.isfinite(p["log_ratio"])] if not p.empty else p
         e = stats.estimate(counted["operator"], counted["log_ratio"]) if not p.empty else stats.estimate([], [])
         w, t, lo = stats.win_tie_loss(counted["log_ratio"], band) if not p.empty else (0, 0, 0)
@@ -186,11 +193,10 @@ def ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0,
 
 
 def operator_ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0,
-                         band: float = stats.TIE_BAND) -> pd.DataFrame:
+                         band: float = stats.TIE_BAND, paired: list | None = None) -> pd.DataFrame:
     """The matched ratio per operator: geomean over its seeds with the paired t interval, wins/ties/losses."""
     rows = []
-    for timing, arm, model, sub in _arms_against(df, baseline):
-        p, _ = pairs(sub, arm, baseline, rejected_as)
+    for timing, arm, model, sub, p, _ in paired if paired is not None else matched(df, baseline, rejected_as):
         for op, g in p.groupby("operator", sort=True) if not p.empty else []:
             x = g["log_ratio"][np.isfinite(g["log_ratio"])]
             e = stats.estimate([op] * len(x), x)
@@ -202,13 +208,12 @@ def operator_ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | s
 
 
 def planning_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0, effect: float = 1.05,
-                   alpha: float = 0.05, power: float = 0.8) -> pd.DataFrame:
+                   alpha: float = 0.05, power: float = 0.8, paired: list | None = None) -> pd.DataFrame:
     """From this study as a pilot: the spread of paired log-ratios within operators, the minimum
     detectable ratio at its seeds (two-sided alpha, power), and the seeds per operator that a
     ratio of ``effect`` needs."""
     rows = []
-    for timing, arm, model, sub in _arms_against(df, baseline):
-        p, _ = pairs(sub, arm, baseline, rejected_as)
+    for timing, arm, model, sub, p, _ in paired if paired is not None else matched(df, baseline, rejected_as):
         p = p[np.isfinite(p["log_ratio"])] if not p.empty else p
         if p.empty:
             continue
@@ -326,11 +331,11 @@ def best_so_far(progress: pd.DataFrame, df: pd.DataFrame, by: str = "turn", reje
         grid = np.linspace(0, top, points) if top > 0 else np.array([0.0])
         ids, inverse = np.unique(g["trial_id"], return_inverse=True)
         values = np.where(g["accepted"] & (g["speedup"] > 0), g["speedup"], -np.inf)
-        best = np.full((len(ids), len(grid)), -np.inf)
-        spend = g[by].to_numpy(dtype=float)
-        for i in range(len(g)):  # points per trial are few; the grid is vectorised
-            hit = grid >= spend[i]
-            best[inverse[i], hit] = np.maximum(best[inverse[i], hit], values[i])
+        # each result counts from the first grid point at or past its spend, and on from there
+        first = np.searchsorted(grid, g[by].to_numpy(dtype=float), side="left")
+        best = np.full((len(ids), len(grid) + 1), -np.inf)
+        np.maximum.at(best, (inverse, first), values)
+        best = np.maximum.accumulate(best, axis=1)[:, :len(grid)]
         best = np.where(np.isfinite(best), best, fallback)
         ops = g.drop_duplicates("trial_id").set_index("trial_id").loc[ids, "operator"].to_numpy()
         for j, x in enumerate(grid):
@@ -370,11 +375,11 @@ def summary(path: Path | str, baseline: str | None = None, rejected_as: float | 
                sol_score=sol_score_table(df, shapes, rejected_as), hidden=hidden_table(shapes),
                cost=cost_table(df, rejected_as), rejections=rejection_table(df))
     if baseline and baseline in set(df["arm"]):
-        out["ratios"] = ratio_table(df, baseline, rejected_as)
-        out["planning"] = planning_table(df, baseline, rejected_as)
-        out["operator_ratios"] = operator_ratio_table(df, baseline, rejected_as)
-        for _, arm, _, sub in _arms_against(df, baseline):
-            out["refusals"] += pairs(sub, arm, baseline, rejected_as)[1]
+        paired = matched(df, baseline, rejected_as)
+        out["ratios"] = ratio_table(df, baseline, rejected_as, paired=paired)
+        out["planning"] = planning_table(df, baseline, rejected_as, paired=paired)
+        out["operator_ratios"] = operator_ratio_table(df, baseline, rejected_as, paired=paired)
+        out["refusals"] = [r for *_, refused in paired for r in refused]
     if activity:
         progress, use = frames.activity(records)
         out.update(progress=progress, mechanisms=mechanism_table(df, use),
