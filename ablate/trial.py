@@ -42,7 +42,9 @@ class TrialSpec:
         name the field on which two records differ. (The machine's side is ``environment_key``.)"""
         op = _operator(self)
         public = op.shape_set(self.shapes["public"])
-        external = (self.operator_set.get("external_baselines") or {}).get(self.operator) or {}
+        ext = dict(self.operator_set.get("external_baselines") or {})  # flat: every operator; nested: one
+        external = {k: v for k, v in ext.items() if not isinstance(v, dict)}
+        external.update(ext.get(self.operator) if isinstance(ext.get(self.operator), dict) else {})
         files = {name: Path(path).read_bytes() for name, path in sorted(op.task_files.items())}
         prompt = Task(self.operator, op.goal, public, files, None).prompt(Budget(**self.budget))
         return {
@@ -51,7 +53,8 @@ class TrialSpec:
             "shape_lists": {"public": public, "eval": op.shape_set(self.shapes["eval"])},
             # the bwrap binary's path says where it is installed, not what it allows
             "sandbox": {k: v for k, v in sorted(self.sandbox.items()) if k != "bwrap"},
-            "external_baselines": {name: _sha(Path(path).read_bytes()) for name, path in sorted(external.items())},
+            "external_baselines": {name: _sha(Path(path).read_bytes()) if Path(path).is_file() else f"missing: {path}"
+                                   for name, path in sorted(external.items())},
             "evaluator_version": str(getattr(_evaluator(), "VERSION", "1")),
             # what every arm is given (the agent sees the prompt rendered for its GPU: that is in environment_key)
             "task": {"goal": _sha(op.goal.encode()), "prompt": _sha(prompt.encode()),
