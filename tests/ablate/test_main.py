@@ -21,6 +21,20 @@ def records(store):
     return [json.loads(p.read_text()) for p in sorted(Path(store).rglob("record.json"))]
 
 
+def own_tool_results(trial_dir):
+    """(tool, command, result, is_error) for every tool call but file reads/writes and submit."""
+    calls, out = {}, []
+    for line in (trial_dir / "transcript.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        for c in m.get("tool_calls") or []:
+            calls[c["id"]] = c
+        if m["role"] == "tool" and m["tool_call_id"] in calls:
+            c = calls[m["tool_call_id"]]
+            if c["name"] not in ("read_file", "write_file", "list_files", "submit"):
+                out.append((c["name"], c["arguments"].get("command", ""), m["content"], m["is_error"]))
+    return out
+
+
 @pytest.mark.slow
 def test_default_study_runs_offline_and_prints_the_ratio(tmp_path):
     r = ablate(f"store={tmp_path}")
@@ -39,6 +53,18 @@ def test_default_study_runs_offline_and_prints_the_ratio(tmp_path):
     assert "kda05 / goal_only" in r.stdout and "cpu-interpreted" in r.stdout
     kda = [x for x in recs if x["arm"] == "kda05"][0]
     assert {e["event"] for e in kda["agent"]["events"]} == {"review"}
+    for d in trial_dirs:  # each arm's own tools worked, not only the final evaluation
+        used = own_tool_results(d)
+        arm = json.loads((d / "record.json").read_text())["arm"]
+        assert used, d
+        if arm == "goal_only":  # its only measure: its own check script, run in the sandbox's shell
+            checks = [c for name, cmd, c, err in used if name == "bash" and "check.py" in cmd]
+            assert checks and all("RESULT correct=1" in c for c in checks), checks
+        else:
+            assert {name for name, *_ in used} >= {"evaluate", "profile"}
+            assert all("accepted" in c for name, _, c, err in used if name == "evaluate")
+            assert not any(err for name, _, c, err in used if name == "profile"), used
+        assert not any("command not found" in c for _, _, c, _ in used)
     # resume: a second run finds every trial and runs none
     again = ablate(f"store={tmp_path}")
     assert again.returncode == 0 and "4 of 4 trials already" in again.stdout
@@ -87,5 +113,6 @@ def test_multirun_arms_as_separate_jobs_pair_up_in_analysis(tmp_path):
 
 
 def test_readme_test_command_is_what_ci_runs():
-    ci = (ROOT / ".ci/run").read_text().strip().splitlines()[-1]
-    assert ci in (ROOT / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    command = readme.split("## Run the tests")[1].split("```bash\n")[1].split("\n")[0]
+    assert command in (ROOT / ".ci/run").read_text().splitlines()

@@ -1,10 +1,14 @@
 """The runner: records survive a failure mid-study, a rerun resumes, the record says how it ended."""
 import json
+from pathlib import Path
 
 import pytest
 
+import operators.rmsnorm
 from ablate import models, runner
 from ablate.errors import AblateError
+
+OPERATOR_SOURCE = Path(operators.rmsnorm.__file__).resolve()  # the operator as this run imports it
 
 
 def cfg(tmp_path, actions=(), seeds=(0, 1)):
@@ -43,13 +47,14 @@ def test_no_submission_is_recorded_as_such(tmp_path):
     assert rec["end_reason"] == "model_stopped" and rec["verdict"] == "rejected"
     assert rec["evaluation"]["reasons"] == ["no_submission"]
     assert rec["sandbox"]["confinement"] == "bwrap"
+    assert str((tmp_path / "store").resolve()) in rec["sandbox"]["hidden"]  # kept out wherever it lies
 
 
 def test_sandbox_attempts_end_cleanly_and_the_record_shows_them(tmp_path):
     """An agent that tries to escape: network, reading the project, killing its parent, a fork bomb."""
     attacks = [
         {"tool": "bash", "args": {"command": "python -c \"import socket; socket.create_connection(('127.0.0.1', 22), 2)\""}},
-        {"tool": "bash", "args": {"command": "cat /work/main/operators/rmsnorm/__init__.py || ls ~/../"}},
+        {"tool": "bash", "args": {"command": f"cat {OPERATOR_SOURCE} || ls ~/../"}},
         {"tool": "bash", "args": {"command": "kill -9 $PPID; pkill -9 python; echo still-here"}},
         {"tool": "bash", "args": {"command": "sleep 100", "timeout_s": 1}},
     ]
@@ -57,7 +62,8 @@ def test_sandbox_attempts_end_cleanly_and_the_record_shows_them(tmp_path):
     transcript = [json.loads(line) for line in (path / "transcript.jsonl").read_text().splitlines()]
     results = [m["content"] for m in transcript if m["role"] == "tool"]
     assert "Network is unreachable" in results[0] or "refused" in results[0] or "Errno" in results[0]
-    assert "EPS" not in results[1]  # the operator's source stayed out of reach
+    assert "EPS" in OPERATOR_SOURCE.read_text()  # the file the agent aims at holds it
+    assert "EPS" not in results[1] and "No such file or directory" in results[1]  # out of reach
     assert "timed out" in results[3]
     rec = json.loads((path / "record.json").read_text())
     assert rec["end_reason"] == "model_stopped"  # the runner survived every attempt and finished the trial

@@ -63,3 +63,28 @@ def test_no_model_is_a_clear_error():
     del c["study"]["model"]
     with pytest.raises(AblateError, match=r"\+model="):
         expand(c)
+
+
+def test_match_key_holds_what_could_change_a_result(tmp_path, monkeypatch):
+    import ablate.evaluate
+
+    a = expand(cfg())[0]
+    f = a.match_fields
+    assert f["shape_lists"]["eval"] and f["shape_lists"]["public"]  # the shapes themselves, not only their set's name
+    assert set(f["task"]) == {"goal", "prompt", "files"} and "reference.py" in f["task"]["files"]
+    assert f["evaluator_version"] == str(getattr(ablate.evaluate, "VERSION", "1"))
+    kernel = tmp_path / "theirs.py"
+    kernel.write_text("def kernel(x, w): ...\n")
+    for ext in ({"theirs": str(kernel)}, {"rmsnorm": {"theirs": str(kernel)}}):  # flat and per operator
+        c = cfg()
+        c["operators"] = dict(c["operators"], external_baselines=ext)
+        b = expand(c)[0]
+        assert b.match_fields["external_baselines"]["theirs"] != a.match_fields["external_baselines"].get("theirs")
+        assert b.match_key != a.match_key
+    c = cfg()
+    c["sandbox"] = {"command_timeout_s": 5}
+    assert expand(c)[0].match_key != a.match_key
+    c["sandbox"] = {"bwrap": "/opt/bwrap"}  # where the binary is installed is no limit
+    assert expand(c)[0].match_key == a.match_key
+    monkeypatch.setattr(ablate.evaluate, "VERSION", "999", raising=False)
+    assert expand(cfg())[0].match_key != a.match_key

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ablate.sandbox import Limits, Workspace, core_tools
+from ablate.sandbox import Limits, Workspace, _bwrap, core_tools
 
 SECRET = "SECRET-7f3a"
-CHECKOUT = Path(__file__).resolve().parents[3]  # the real project checkout
+CHECKOUT = Path(__file__).resolve().parents[3]  # the checkout under test (whatever its path)
 MODES = ["root", "userns"]
 
 
@@ -99,14 +99,37 @@ def test_reading_the_real_checkout_fails(make_ws, mode):
     hidden = CHECKOUT / "operators" / "__init__.py"
     assert hidden.is_file()
     ws = make_ws(mode)
-    r = bash(ws, f"cat {hidden}; ls {CHECKOUT}")
-    assert r.is_error and "No such file or directory" in r.content and "import" not in r.content
+    r = bash(ws, f"cat {hidden}")
+    assert r.is_error and "No such file or directory" in r.content
     r = bash(ws, f"python -c \"print(open('{hidden}').read())\"")
     assert r.is_error and "FileNotFoundError" in r.content
+    # Nothing of the checkout shows; at most the directories leading to an interpreter that lives
+    # inside it (a .venv), which the sandbox mounts.
+    listed = ws.run(f"ls -A {CHECKOUT} 2>&1").output.split()
+    venvs = {p.relative_to(CHECKOUT).parts[0] for p in _bwrap.python_paths() if CHECKOUT in p.parents}
+    assert set(listed) <= venvs if venvs else "No such file or directory" in " ".join(listed), listed
     r = bash(ws, "python -c 'import operators.rmsnorm'")  # the editable install's .pth leads nowhere
     assert r.is_error and "ModuleNotFoundError" in r.content
     r = bash(ws, "python -c 'from ablate.models import scripted_templates'")
     assert r.is_error and "ModuleNotFoundError" in r.content
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_project_packages_are_hidden_wherever_installed_and_torch_is_not(make_ws, mode):
+    """A non-editable install puts the packages in the same site-packages as torch: the packages
+    go, torch stays."""
+    import importlib
+    import site
+
+    import torch
+
+    ws = make_ws(mode)
+    copies = [Path(d) / name for d in site.getsitepackages() for name in _bwrap.PROJECT_PACKAGES if (Path(d) / name).is_dir()]
+    for where in copies + [Path(importlib.import_module(name).__file__).resolve().parent for name in _bwrap.PROJECT_PACKAGES]:
+        out = ws.run(f"ls -A {where} 2>&1").output  # installed copies, and the packages as imported here
+        assert out.strip() == "" or "No such file or directory" in out, (where, out[:200])
+    r = bash(ws, "python -c 'import torch, triton; print(torch.__file__)'")
+    assert not r.is_error and torch.__file__ in r.content, r.content
 
 
 def test_hide_covers_a_path_inside_a_mounted_directory(make_ws):
@@ -190,7 +213,7 @@ def test_gigabytes_of_output_stay_bounded(project, tmp_path):
     # In a fresh interpreter, so its peak memory is this test's alone.
     script = f"""
 import resource, time
-from ablate.sandbox import Limits, Workspace, core_tools
+from ablate.sandbox import Limits, Workspace, _bwrap, core_tools
 ws = Workspace.create({str(tmp_path / 'ws')!r}, {{}}, Limits(command_timeout_s=60))
 before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # after the imports (torch among them)
 r = core_tools(ws)["bash"].run({{"command": "yes | head -c 3G"}})
