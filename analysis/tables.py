@@ -15,13 +15,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.store import read_records
+from ablate.store import TrialRecord, read_records
 
 
 def trials(path: Path | str) -> pd.DataFrame:
     """One row per trial record under ``path``."""
     rows = []
-    for r in read_records(path):
+    for r in map(TrialRecord.as_row, read_records(path)):
         ev = r.get("evaluation") or {}
         usage = r.get("usage") or {}
         rows.append({
@@ -40,7 +40,7 @@ def trials(path: Path | str) -> pd.DataFrame:
 def shapes(path: Path | str) -> pd.DataFrame:
     """One row per (trial, shape)."""
     rows = []
-    for r in read_records(path):
+    for r in map(TrialRecord.as_row, read_records(path)):
         ev = r.get("evaluation") or {}
         for s in ev.get("shapes", []):
             rows.append({
