@@ -234,6 +234,18 @@ def _in_process(store: Store):
     return run_once
 
 
+def _die_with_parent() -> None:
+    """In the trial process: end with the runner (kill -9 of the runner must not leave trials
+    running on that a rerun would start again); the attempt is then kept as a dead run's."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
 def _in_subprocess(store: Store, gpu: str | None):
     """Run the attempt in `python -m ablate.trial`, pinned to `gpu`, reading its progress lines."""
     import subprocess
@@ -248,7 +260,8 @@ def _in_subprocess(store: Store, gpu: str | None):
             with open(Path(tmp) / "stderr", "w+") as err:
                 proc = subprocess.Popen([sys.executable, "-m", "ablate.trial", str(Path(tmp) / "spec.json"),
                                          str(store.root), str(attempt), str(Path(tmp) / "failures.json")],
-                                        env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+                                        env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                                        preexec_fn=_die_with_parent)
                 path, failure = None, None
                 for line in proc.stdout:
                     try:

@@ -77,7 +77,10 @@ def _process_start(pid: int) -> int | None:
         stat = Path(f"/proc/{int(pid)}/stat").read_text()
     except (OSError, ValueError):
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # a zombie: dead, not yet reaped
+        return None
+    return int(fields[19])
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -351,7 +354,7 @@ def _stamp(d: str) -> str | None:
         ev = os.stat(os.path.join(d, "evaluations")).st_mtime_ns
     except OSError:
         ev = 0
-    return f"{st.st_mtime_ns}:{st.st_size}:{ev}"
+    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}:{ev}"  # a rewrite (os.replace) is a new inode
 
 
 def _read_trial(d: Path) -> dict[str, Any]:

@@ -291,3 +291,29 @@ def test_planning_reports_a_trial_directory_without_its_record_and_leaves_it(tmp
     specs, todo = runner.pending(c, tmp_path / "store", log=lines.append)
     assert len(specs) == 2 and [s.seed for s in todo] == [1]
     assert lines == [f"skipped {broken}: no record.json (move the directory away to rerun it)"]
+
+
+def test_kill_9_of_a_parallel_runner_takes_its_trial_processes_with_it(tmp_path):
+    """Trials in processes of their own must not run on after the runner is killed: a rerun would
+    start them again and pay twice."""
+    c = cfg(tmp_path, [{"tool": "bash", "args": {"command": "sleep 30"}}])
+    study = tmp_path / "store" / "t"
+    code = ("import json, sys; from ablate import runner; from ablate.store import Store; "
+            "c = json.loads(sys.argv[1]); runner._run_parallel(runner.plan(c), Store(sys.argv[2]), [None, None], print)")
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(c), str(tmp_path / "store")], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: len([t for t in study.glob(".tmp-*") if (t / "model_calls.jsonl").is_file()]) == 2,
+              what="two trial processes under way")
+        pids = [json.loads((t / "owner.json").read_text())["pid"] for t in study.glob(".tmp-*")]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+
+    def gone():
+        return all(not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+                   for pid in pids)
+
+    _wait(gone, timeout=20, what="the trial processes to end")
+    assert len(Store(tmp_path / "store").clean_stale("t")) == 2  # both attempts kept, as a dead run's

@@ -17,7 +17,20 @@ import pytest
 from ablate.store import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("preset,gpus,cpus", [("slurm", 1, 8), ("slurm_cpu", None, 1)])
+def test_launcher_presets_compose_with_the_trial_sweeper(preset, gpus, cpus):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"hydra/launcher={preset}"], return_hydra_config=True)
+    launcher, sweeper = cfg.hydra.launcher, cfg.hydra.sweeper
+    assert launcher._target_.endswith("SlurmLauncher") and sweeper._target_.endswith("TrialSweeper")
+    assert (launcher.gpus_per_node, launcher.cpus_per_task) == (gpus, cpus)
+    assert "partition" in launcher and launcher.timeout_min > 0 and launcher.array_parallelism > 0
+    assert launcher.max_num_timeout >= 1 and launcher.additional_parameters.requeue is True
+    assert sweeper.max_batch_size <= 1001  # SLURM's default MaxArraySize
 
 
 def _node_state() -> str:
@@ -52,6 +65,7 @@ def sweep(store: Path, *overrides: str, wait: bool = True, timeout: float = 300)
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow
 def test_a_study_is_one_job_array_with_one_trial_per_job(slurm, tmp_path):
     r = sweep(tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
@@ -91,6 +105,7 @@ def _release_held() -> None:
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, timeout=20)
 
 
+@pytest.mark.slow
 def test_a_job_killed_mid_trial_is_requeued_and_resumes(slurm, tmp_path):
     """One trial's job is requeued by the scheduler (killed, as on a lost node or a pre-emption);
     the other gets the pre-emption signal, on which submitit checkpoints and requeues it. Both

@@ -136,24 +136,26 @@ def _error(status):
     return {"type": "error", "error": {"type": kind, "message": kind}}
 
 
-def test_api_429_529_and_5xx_are_retried_and_recorded(tmp_path, monkeypatch):
+def test_api_429_529_5xx_and_timeouts_are_retried_and_recorded(tmp_path, monkeypatch):
     server = models_conftest.FakeServer()
     try:
         for status in (429, 529):
             server.reply(status, _error(status), headers={"retry-after": "0"})
         server.reply(200, _message())
         server.reply(503, _error(503))
+        server.reply(200, _message(), delay_s=1.5)  # the client gives up after 0.5 s: a timeout
         server.reply(200, _message())
         server.reply(200, _message())
-        s = spec(model=_anthropic(server, monkeypatch))
+        s = spec(model=_anthropic(server, monkeypatch) | {"timeout_s": 0.5, "max_retries": 3})
         path = run_trial(s, Store(tmp_path / "store"))
     finally:
         server.close()
     rec = read_records(path)[0]
     assert rec.end_reason == "model_stopped" and rec.usage["calls"] == 3
-    assert rec.model["attempts"] == 6 and rec.model["retries"] == 3
+    assert rec.model["attempts"] == 7 and rec.model["retries"] == 4
     log = (path / "trial.log").read_text()
     assert "429 rate_limit_error" in log and "529 overloaded_error" in log and "503" in log
+    assert log.count("retry ") == 4
 
 
 def test_an_api_outage_keeps_what_was_paid_and_is_an_infrastructure_failure(tmp_path, monkeypatch):
