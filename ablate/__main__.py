@@ -1,8 +1,8 @@
 """`python -m ablate [+harness=H] [+model=M] [operators=SET] [study=S] ...` (Hydra).
 
-Multirun (`-m`) makes every job one trial (hydra_plugins/ablate_sweeper), which the job names
-with `+trial=<trial id>`: such a run runs that trial alone and raises instead of exiting, so the
-launcher (submitit, SLURM) records the failure.
+`+trial=<trial id>` runs that one trial of the study. Multirun (`-m`) makes every job one trial
+this way (hydra_plugins/ablate_sweeper); a job raises its errors instead of exiting, so that the
+launcher (submitit, SLURM) records them and the sweep reports them.
 """
 from __future__ import annotations
 
@@ -18,16 +18,19 @@ from ablate.errors import AblateError
 def main(cfg: DictConfig) -> None:
     from ablate import runner
 
-    trial = cfg.get("trial")
-    if trial:  # one job of a sweep: errors go to the launcher, which reports them
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    trial = str(cfg.trial) if cfg.get("trial") else None
+    if trial and HydraConfig.get().mode == RunMode.MULTIRUN:  # a sweep's job: errors go to the launcher
         resolved = runner.config_dict(cfg)
-        runner.run_study(resolved, resolved["store"], only=str(trial))
+        runner.run_study(resolved, resolved["store"], only=trial)
         return
     try:
         resolved = runner.config_dict(cfg)
         study_dir = f"{resolved['store']}/{resolved['study']['name']}"
         try:
-            paths = runner.run_study(resolved, resolved["store"])
+            paths = runner.run_study(resolved, resolved["store"], only=trial)
         except runner.TrialsFailed as e:  # the others ran: their tables, then what failed
             runner.print_report(study_dir, resolved, e.paths)
             raise

@@ -27,7 +27,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import socket
 import tempfile
 import threading
@@ -354,7 +353,8 @@ def _stamp(d: str) -> str | None:
         ev = os.stat(os.path.join(d, "evaluations")).st_mtime_ns
     except OSError:
         ev = 0
-    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}:{ev}"  # a rewrite (os.replace) is a new inode
+    # ctime too: an edit that keeps the size and puts the mtime back (cp -p, touch -r) still changes it
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{ev}"
 
 
 def _read_trial(d: Path) -> dict[str, Any]:

@@ -49,14 +49,15 @@ def test_the_v1_fixture_is_what_the_first_store_wrote():
                                                         "transcript.jsonl", "model_calls.jsonl"}
 
 
-def test_a_v1_record_still_reads_as_a_typed_record_and_resolves_its_operator():
-    [rec] = read_records(V1, evaluation="original")
+def test_a_v1_record_still_reads_as_a_typed_record_and_resolves_its_operator(tmp_path):
+    study = study_copy(tmp_path)  # a reader writes the study's index: never into the repository
+    [rec] = read_records(study, evaluation="original")
     assert isinstance(rec, TrialRecord) and rec.schema == SCHEMA_VERSION
     assert rec.trial_id == V1_ID and rec.arm == "goal_only" and rec.seed == 0
     assert rec.verdict == "accepted" and rec.evaluation["timing"] == "cpu-interpreted"
     assert rec.operator_source == {}  # a registry operator without external baselines needs nothing more
     assert rec.resolve_operator().name == "rmsnorm"
-    assert rec.attempt == 1 and rec.failures == [] and rec.path == V1 / V1_ID
+    assert rec.attempt == 1 and rec.failures == [] and rec.path == study / V1_ID
     assert rec.agent["turns"] == 11 and rec.harness == {"name": "goal_only", "mechanisms": {}}
 
 
@@ -135,6 +136,14 @@ def test_the_index_is_parquet_rebuilt_from_the_directories_and_only_what_changed
     df = index(study)
     assert reads == ["t1"] and sorted(df["dir"]) == [V1_ID, "t0", "t1"]
     assert df.set_index("dir").loc["t1", "end_reason"] == "turns"
+    # an edit of the same size with its old mtime put back is still seen (ctime moves)
+    path = study / "t0" / "record.json"
+    st, text = path.stat(), path.read_text()
+    path.write_text(text.replace('"submitted"', '"turns____"'))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    reads.clear()
+    assert index(study).set_index("dir").loc["t0", "end_reason"] == "turns____" and reads == ["t0"]
     # a damaged index is rebuilt from the directories, not trusted
     (study / INDEX).write_bytes(b"PAR1 garbage")
     reads.clear()
@@ -146,9 +155,6 @@ def test_a_failed_write_leaves_no_half_written_record(tmp_path, monkeypatch):
     writer = store.begin("s", "trial-a")
     writer.model_call({"request": {}, "response": {"usage": {"total_tokens": 10, "cost_usd": 0.5}}})
     rec = TrialRecord.from_dict(json.loads((V1 / V1_ID / "record.json").read_text()))
-
-    def full_disk(fd, data):
-        raise OSError(28, "No space left on device")
 
     real_fdopen = os.fdopen
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import operators
-from ablate import models, runner
+from ablate import runner
 from ablate.evaluate import EvaluatorFailure
 from ablate.models import ProviderOutage
 from ablate.record import TrialRecord
