@@ -1,31 +1,43 @@
-"""`python -m ablate [+harness=H] [+model=M] [operators=SET] [study=S] ...` (Hydra)."""
+"""`python -m ablate [+harness=H] [+model=M] [operators=SET] [study=S] ...` (Hydra).
+
+`+trial=<trial id>` runs that one trial of the study. Multirun (`-m`) makes every job one trial
+this way (hydra_plugins/ablate_sweeper); a job raises its errors instead of exiting, so that the
+launcher (submitit, SLURM) records them and the sweep reports them.
+"""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ablate.errors import AblateError
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    from ablate.runner import run_study
-    from analysis import report
+    from ablate import runner
 
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    trial = str(cfg.trial) if cfg.get("trial") else None
+    if trial and HydraConfig.get().mode == RunMode.MULTIRUN:  # a sweep's job: errors go to the launcher
+        resolved = runner.config_dict(cfg)
+        runner.run_study(resolved, resolved["store"], only=trial)
+        return
     try:
-        resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        store = Path(hydra.utils.to_absolute_path(resolved["store"]))
-        paths = run_study(resolved, store)
-        study_dir = store / resolved["study"]["name"]
-        if paths or study_dir.exists():
-            print(report.text(study_dir, baseline=resolved["study"].get("baseline_arm"),
-                              rejected_as=resolved["analysis"]["rejected_as"]))
+        resolved = runner.config_dict(cfg)
+        study_dir = f"{resolved['store']}/{resolved['study']['name']}"
+        try:
+            paths = runner.run_study(resolved, resolved["store"], only=trial)
+        except runner.TrialsFailed as e:  # the others ran: their tables, then what failed
+            runner.print_report(study_dir, resolved, e.paths)
+            raise
+        runner.print_report(study_dir, resolved, paths)
     except AblateError as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(1 if isinstance(e, runner.TrialsFailed) else 2)
     except Exception as e:  # noqa: BLE001
         from omegaconf.errors import MissingMandatoryValue
 

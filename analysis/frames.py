@@ -25,31 +25,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.store import read_records
+from ablate.store import problems, read_records
 
 BUDGETS = ("turns", "tokens", "cost_usd", "wall_s", "tool_s", "gpu_s")  # end reasons that are budget limits
 CRASHES = ("crash", "timeout", "oom")  # evaluator reasons for a kernel that did not finish
 REQUIRED = ("trial_id", "arm", "operator", "seed")
 
 
-def load(path: Path | str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+def load(path: Path | str, evaluation: str = "latest") -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """Every complete record under ``path`` and, for each one that cannot be used, (where, why).
 
-    Reads through the store's own reader; a corrupt file makes the reader fail as a whole, so
-    then each trial directory is read on its own and only the bad ones are left out."""
+    Reads through the store's own reader (typed records, as dicts here), which names and skips a
+    corrupt trial directory; `evaluation` picks the original judgement or a rescoring ("latest",
+    "original", or an evaluator version: see ablate.store.read_records)."""
     path = Path(path)
-    try:
-        records = read_records(path)
-        skipped: list[tuple[str, str]] = []
-    except (OSError, ValueError, UnicodeDecodeError):
-        records, skipped = [], []
-        for p in sorted(path.rglob("record.json")):
-            if any(part.startswith(".tmp-") for part in p.parts):
-                continue
-            try:
-                records += [r for r in read_records(p.parent) if r.get("_dir") == str(p.parent)]
-            except (OSError, ValueError, UnicodeDecodeError) as e:
-                skipped.append((str(p), f"unreadable: {type(e).__name__}: {str(e)[:120]}"))
+    records = [r.as_row() for r in read_records(path, evaluation)]
+    skipped: list[tuple[str, str]] = problems(path)
     dirs = {r["_dir"] for r in records if isinstance(r, dict) and r.get("_dir")}
     good = []
     for r in records:

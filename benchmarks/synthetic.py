@@ -4,7 +4,7 @@
     write_trial(store, arm="kda05", seed=1, outcome="rejected")           # as a rejected trial is written
     write_study(store, arms={"goal_only": 1.0, "kda05": 1.2}, operators=[...], seeds=5, sd=0.1)
 
-The records are those ``run_trial`` writes (``trial_record``, ``Store.commit``): a real TrialSpec
+The records are those ``run_trial`` writes (``trial_record``, ``TrialWriter.commit``): a real TrialSpec
 (and so real match fields), an AgentResult, an evaluation shaped as the evaluator's (a rejected
 one untimed, ``timing: "none"``, as real rejections are), the environment of a GPU or a CPU
 machine. Used by the analysis tests, the notebook test and the analysis speed benchmark.
@@ -20,6 +20,7 @@ import numpy as np
 
 from ablate.models import Message, ToolCall, Usage
 from ablate.store import Store
+from ablate.record import TrialRecord
 from ablate.trial import TrialSpec, trial_record
 from harnesses import AgentResult
 
@@ -72,7 +73,8 @@ def write_trial(store: Path | str, arm: str, seed: int, speedup: float | None = 
     """One trial record; ``evaluate_calls``: speedups the agent's evaluate tool returned, one per turn."""
     s = spec(arm, seed, operator, **spec_kw)
     st = Store(store)
-    tmp = st.begin(s.study, s.trial_id)
+    writer = st.begin(s.study, s.trial_id)
+    tmp = writer.path
     ev = evaluation(s, outcome, speedup, gpu, shape_speedups)
     messages = [Message(role="user", content=f"Operator: {operator}")]
     calls = []
@@ -97,11 +99,12 @@ def write_trial(store: Path | str, arm: str, seed: int, speedup: float | None = 
             f.write(json.dumps(c) + "\n")
     if outcome != "no_submission":
         (tmp / "kernel.py").write_text("import triton\n\ndef kernel(x, w):\n    return x  # synthetic\n")
-    model = SimpleNamespace(id=s.model["id"], model=SimpleNamespace(attempts=1))
+    model = SimpleNamespace(id=s.model["id"], model=SimpleNamespace(attempts=n_calls), calls=calls)
     rec = trial_record(s, model, {**s.harness}, agent, ev, 1.0, dict(env or (GPU_ENV if gpu else CPU_ENV)),
                        {"confinement": "bwrap"}, "2026-12-01T00:00:00+00:00")
-    rec.update(record_extra or {})
-    return st.commit(tmp, s.study, s.trial_id, rec)
+    if record_extra:
+        rec = TrialRecord.from_dict({**rec.to_dict(), **record_extra})
+    return writer.commit(rec)
 
 
 def write_study(store: Path | str, arms: dict[str, float], operators: list[str], seeds: int, sd: float = 0.1,

@@ -49,6 +49,17 @@ def calibration(ev, shape: dict, dist: str, ins, refs) -> dict:
     return found
 
 
+def interpreted(env: rule.Envelope) -> rule.Envelope:
+    """The envelope for Triton's CPU interpreter, which converts to bfloat16 and float16 by
+    truncation (round toward zero) where a GPU rounds to nearest: an honest kernel's rounding
+    error is about twice a GPU's, so the rms bound is at least the ceiling's (which a 1% bias
+    still exceeds)."""
+    lift = rule.ceiling(env.tol).rms
+    bounds = tuple(rule.Bounds(max(b.rms, lift) if d in ("bfloat16", "float16") else b.rms, b.max, b.frac)
+                   for b, d in zip(env.bounds, env.dtypes))
+    return rule.Envelope(env.tol, bounds, env.dtypes, env.members, env.rule)
+
+
 def for_input(op, ins, refs, env: rule.Envelope) -> rule.Envelope:
     """`env` widened by what the reference in the contract dtype shows on these very inputs. A
     timed call's input has one element moved (possibly a large value into a row of tiny ones), so

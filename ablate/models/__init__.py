@@ -12,6 +12,7 @@ from typing import Any
 from ablate.errors import AblateError
 from ablate.models._protocol import STOP_REASONS, Message, Model, Response, ToolCall, ToolSpec, Usage
 from ablate.models._recorder import Recorder
+from ablate.models._retry import ProviderError, ProviderOutage
 
 # provider name -> "module:Class"; each class has from_config(cfg) and preflight(cfg).
 PROVIDERS: dict[str, str] = {
@@ -40,5 +41,5 @@ def preflight(cfg: Mapping[str, Any]) -> None:
     _provider_class(cfg).preflight(cfg)
 
 
-__all__ = ["PROVIDERS", "STOP_REASONS", "Message", "Model", "Recorder", "Response", "ToolCall",
-           "ToolSpec", "Usage", "get", "preflight"]
+__all__ = ["PROVIDERS", "STOP_REASONS", "Message", "Model", "ProviderError", "ProviderOutage", "Recorder",
+           "Response", "ToolCall", "ToolSpec", "Usage", "get", "preflight"]

@@ -27,6 +27,11 @@ class ProviderError(AblateError):
     """A model API call that failed for good: bad key, rejected request, retries exhausted."""
 
 
+class ProviderOutage(ProviderError):
+    """Retries exhausted on errors that are the provider's (429/529/5xx, timeouts, connection):
+    an infrastructure failure, so the runner retries the trial rather than stopping the study."""
+
+
 @dataclass
 class RetryPolicy:
     max_retries: int = 6
@@ -88,7 +93,7 @@ def with_retries(call: Callable[[], T], policy: RetryPolicy, retryable: Callable
             if not retryable(e):
                 raise
             if attempt == policy.max_retries:
-                raise ProviderError(f"{label}: gave up after {attempt + 1} attempts; last error: {describe(e)}") from e
+                raise ProviderOutage(f"{label}: gave up after {attempt + 1} attempts; last error: {describe(e)}") from e
             d = policy.delay(attempt, _retry_after(e))
             log.warning("%s: %s; retry %d/%d in %.2fs", label, describe(e), attempt + 1, policy.max_retries, d)
             sleep(d)
@@ -119,7 +124,7 @@ class SDKModel:
         """call()'s result, or the context_exceeded Response when too_long(the refusal)."""
         try:
             result, attempts = with_retries(call, self.retry, retryable, describe, label)
-        except ProviderError:
+        except ProviderOutage:
             self.attempts += self.retry.max_retries + 1
             raise
         except self._sdk.APIStatusError as e:

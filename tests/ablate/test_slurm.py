@@ -1,0 +1,145 @@
+"""`hydra/launcher=slurm` against a real one-node SLURM (munge, slurmctld, slurmd on this machine).
+
+`bash .ci/slurm.sh` (as root) starts one; CI runs it and sets ABLATE_REQUIRE_SLURM=1, so there a
+missing cluster fails these tests instead of skipping them. The sweeps use the offline scripted
+model on smoke shapes (Triton's CPU interpreter) and the CPU preset (hydra/launcher=slurm_cpu).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ablate.store import read_records
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("preset,gpus,cpus", [("slurm", 1, 8), ("slurm_cpu", None, 1)])
+def test_launcher_presets_compose_with_the_trial_sweeper(preset, gpus, cpus):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"hydra/launcher={preset}"], return_hydra_config=True)
+    launcher, sweeper = cfg.hydra.launcher, cfg.hydra.sweeper
+    assert launcher._target_.endswith("SlurmLauncher") and sweeper._target_.endswith("TrialSweeper")
+    assert (launcher.gpus_per_node, launcher.cpus_per_task) == (gpus, cpus)
+    assert "partition" in launcher and launcher.timeout_min > 0 and launcher.array_parallelism > 0
+    assert launcher.max_num_timeout >= 1 and launcher.additional_parameters.requeue is True
+    assert sweeper.max_batch_size <= 1001  # SLURM's default MaxArraySize
+
+
+def _node_state() -> str:
+    if not shutil.which("sinfo"):
+        return "no sinfo on PATH"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "sinfo did not answer"
+    return out.stdout.strip() or out.stderr.strip() or "no nodes"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    deadline = time.monotonic() + 30
+    state = _node_state()
+    while state not in ("idle", "mixed", "allocated") and time.monotonic() < deadline and shutil.which("sinfo"):
+        time.sleep(1)
+        state = _node_state()
+    if state not in ("idle", "mixed", "allocated"):
+        why = f"no usable SLURM node ({state}); `bash .ci/slurm.sh` as root starts a one-node cluster"
+        if os.environ.get("ABLATE_REQUIRE_SLURM") == "1":
+            pytest.fail(why + "; its logs: /var/log/slurm/slurmctld.log, /var/log/slurm/slurmd.log")
+        pytest.skip(why)
+
+
+def sweep(store: Path, *overrides: str, wait: bool = True, timeout: float = 300):
+    args = [sys.executable, "-m", "ablate", "-m", "hydra/launcher=slurm_cpu", f"store={store}", *overrides]
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
+    if wait:
+        return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_a_study_is_one_job_array_with_one_trial_per_job(slurm, tmp_path):
+    r = sweep(tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    recs = read_records(tmp_path / "default")
+    assert sorted((x.arm, x.seed) for x in recs) == [("goal_only", 0), ("goal_only", 1), ("kda05", 0), ("kda05", 1)]
+    assert all(x.verdict == "accepted" and x.evaluation["timing"] == "cpu-interpreted" for x in recs)
+    jobs = [x.environment["slurm"] for x in recs]
+    assert len({j["slurm_array_job_id"] for j in jobs}) == 1  # one array ...
+    assert sorted(j["slurm_array_task_id"] for j in jobs) == ["0", "1", "2", "3"]  # ... of four one-trial jobs
+    assert "kda05 / goal_only" in r.stdout
+    assert all((x.path / "trial.log").is_file() for x in recs)
+    again = sweep(tmp_path)  # every trial stored: nothing is submitted
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "4 trials, 0 to run" in again.stdout + again.stderr
+    assert len(read_records(tmp_path / "default")) == 4
+
+
+def _under_way(study: Path) -> dict[str, dict]:
+    """trial id -> owner.json, for temporary trial directories with a model call streamed."""
+    out = {}
+    for tmp in study.glob(".tmp-*"):
+        try:
+            owner = json.loads((tmp / "owner.json").read_text())
+            if (tmp / "model_calls.jsonl").read_text().count("\n") >= 1 and owner.get("slurm_job"):
+                out[owner["trial_id"]] = owner
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _release_held() -> None:
+    """SLURM keeps a requeued job pending for its BeginTime (about two minutes); start it now."""
+    out = subprocess.run(["squeue", "-h", "-t", "PD", "-o", "%i %r"], capture_output=True, text=True, timeout=20)
+    for line in out.stdout.splitlines():
+        job, _, reason = line.partition(" ")
+        if reason.strip() == "BeginTime":
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, timeout=20)
+
+
+@pytest.mark.slow
+def test_a_job_killed_mid_trial_is_requeued_and_resumes(slurm, tmp_path):
+    """One trial's job is requeued by the scheduler (killed, as on a lost node or a pre-emption);
+    the other gets the pre-emption signal, on which submitit checkpoints and requeues it. Both
+    reruns find the interrupted attempt, keep it, and run the trial to its record."""
+    study = tmp_path / "killed"
+    proc = sweep(tmp_path, "+harness=goal_only", "study.name=killed", "study.seeds=[0,1]", wait=False)
+    kills = [lambda job: ["scontrol", "requeue", job], lambda job: ["scancel", "--signal=USR2", job]]
+    killed: list[str] = []  # trial ids, in the order their jobs were hit
+    try:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, f"the sweep did not finish (killed: {killed})"
+            for trial_id, owner in _under_way(study).items():
+                if trial_id not in killed and len(killed) < len(kills):
+                    subprocess.run(kills[len(killed)](owner["slurm_job"]), check=True, timeout=20)
+                    killed.append(trial_id)
+            _release_held()
+            time.sleep(0.2)
+        out = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(killed) == 2, f"a trial finished before its job could be hit: {out[-3000:]}"
+    a, b = killed
+    assert proc.returncode == 0, out[-4000:]
+    recs = {r.trial_id: r for r in read_records(study)}
+    assert set(recs) == {a, b}
+    for trial_id in (a, b):
+        rec = recs[trial_id]
+        assert rec.attempt == 2 and rec.environment["slurm"]["slurm_restart_count"] == "1"
+        assert rec.verdict == "accepted"  # the rerun did the whole trial
+        assert rec.failures[0]["kind"] == "infrastructure"
+        [kept] = (study / ".incomplete" / trial_id).iterdir()
+        assert (kept / "model_calls.jsonl").read_text().count("\n") >= 1  # what the killed attempt paid for
+    assert recs[a].failures[0]["cause"] == "node_lost"
+    assert recs[b].failures[0]["cause"] in ("interrupted", "node_lost")  # killed before or after it wrote why
+    assert not list(study.glob(".tmp-*"))
