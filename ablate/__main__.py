@@ -7,6 +7,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+import ablate.config  # noqa: F401 - registers the config schemas Hydra composes against
 from ablate.errors import AblateError
 
 

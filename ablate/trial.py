@@ -32,12 +32,17 @@ class TrialSpec:
     # The conf/operators node the operator came from, so another process (a trial on another GPU)
     # can load it again: external problem formats and external baselines are not in the registry.
     operator_set: dict[str, Any] = field(default_factory=dict)
+    scope: str = "multi_shape"  # how the study chose the shapes (ablations.SCOPES)
+    # Models besides the agent's that the match shares (a reviewer's), by role; {} = none.
+    auxiliary_models: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def match_key(self) -> str:
         """Everything but the harness: trials with equal keys are a matched comparison."""
         scope = {"study": self.study, "model": self.model.get("id"), "model_settings": _model_settings(self.model),
-                 "operator": self.operator, "shapes": self.shapes, "seed": self.seed, "budget": self.budget}
+                 "operator": self.operator, "shapes": self.shapes, "seed": self.seed, "budget": self.budget,
+                 "auxiliary_models": {role: [m.get("id"), _model_settings(m)] for role, m in self.auxiliary_models.items()},
+                 "prompts": harnesses.core_hashes()}
         return hashlib.sha256(json.dumps(scope, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     @property
@@ -84,7 +89,9 @@ def task_for(spec: TrialSpec, gpu: str | None) -> Task:
     files = {name: Path(path).read_bytes() for name, path in op.task_files.items()}
     files["shapes.json"] = json.dumps(public, indent=1).encode()
     task = Task(spec.operator, op.goal, public, files, gpu,
-                evaluate_public=lambda path: evaluate(spec, Path(path), shapes=spec.shapes["public"]))
+                evaluate_public=lambda path: evaluate(spec, Path(path), shapes=spec.shapes["public"]),
+                hidden_shapes=spec.shapes["public"] != spec.shapes["eval"],
+                roofline=[{"bytes": int(op.bytes(s)), "flops": int(op.flops(s))} for s in public])
     files["task.md"] = task.prompt(Budget(**spec.budget)).encode()
     return task
 
@@ -95,7 +102,7 @@ def run_trial(spec: TrialSpec, store: Store, progress=None) -> Path:
     task = task_for(spec, env["gpu"])
     budget = Budget(**spec.budget)
     model = models.Recorder(models.get(spec.model))
-    harness = harnesses.build(spec.harness)
+    harness = harnesses.build(spec.harness, spec.auxiliary_models)
     tmp = store.begin(spec.study, spec.trial_id)
     try:
         started = datetime.now(timezone.utc).isoformat()
