@@ -16,6 +16,7 @@ from typing import Any
 
 from ablate.sandbox import Workspace
 from harnesses import _documents
+from harnesses._task import Task
 
 SCRIPT = "scripts/measure.py"
 DOCUMENTS = (SCRIPT,)
@@ -45,9 +46,16 @@ def improves(new_ms: float | None, incumbent_ms: float | None, margin: float = M
     return incumbent_ms is None or new_ms < incumbent_ms * (1.0 - margin)
 
 
+PRIVATE = ".harness"  # the pristine reference and shapes, rewritten before every measurement
+
+
 class Measurer:
-    def __init__(self, ws: Workspace, reps: int = 5):
-        self.ws, self.reps = ws, reps
+    """Measures against the task's own reference.py and public shapes, not the workspace's copies
+    (which the agent may edit): both are rewritten under .harness/ before every run, and no agent
+    process outlives its command to change them in between."""
+
+    def __init__(self, ws: Workspace, task: Task, reps: int = 5):
+        self.ws, self.task, self.reps = ws, task, reps
         self.cache: dict[str, dict[str, Any]] = {}
 
     def measure(self, rel: str) -> Measurement:
@@ -56,6 +64,8 @@ class Measurer:
         if sha in self.cache:
             return Measurement(sha, self.cache[sha])
         script = _documents.text(SCRIPT)
+        self.ws.write(f"{PRIVATE}/reference.py", self.task.files.get("reference.py", b""))
+        self.ws.write(f"{PRIVATE}/shapes.json", json.dumps(self.task.public_shapes).encode())
         r = self.ws.run(f"python -c {shlex.quote(script)} {shlex.quote(rel)} {self.reps}")
         line = next((ln for ln in reversed(r.output.splitlines()) if ln.startswith("MEASURE ")), None)
         if line is None:
@@ -70,10 +80,10 @@ class Measurer:
 _measurers: "weakref.WeakKeyDictionary[Workspace, Measurer]" = weakref.WeakKeyDictionary()
 
 
-def measurer(ws: Workspace) -> Measurer:
+def measurer(ws: Workspace, task: Task) -> Measurer:
     """The trial's one measurer (its cache shared by every mechanism of the trial)."""
     if ws not in _measurers:
-        _measurers[ws] = Measurer(ws)
+        _measurers[ws] = Measurer(ws, task)
     return _measurers[ws]
 
 

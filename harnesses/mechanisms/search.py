@@ -60,7 +60,7 @@ class Search(Mechanism):
             data = ws.read_bytes(path, max_bytes=4 << 20)
             cid = f"c{len(self.candidates) + 1}"
             ws.write(f"candidates/{cid}.py", data)
-            m = _measure.measurer(ws).measure(f"candidates/{cid}.py")
+            m = _measure.measurer(ws, task).measure(f"candidates/{cid}.py")
             entry = {"id": cid, "parent": parent, "change": str(args.get("change") or "")[:500],
                      "sha256": m.sha256, "evidence": {"correct": m.correct, "ms": m.ms,
                                                        "shapes": _measure.brief(m)["shapes"], "error": m.result.get("error")},

@@ -174,7 +174,7 @@ class Workflow(Mechanism):
             raise Refusal("every direction of this phase is closed: call next_phase")
         n = len(self.candidates) + 1
         self.ws.write(f"runs/{n}/kernel.py", data)
-        m = _measure.measurer(self.ws).measure(f"runs/{n}/kernel.py")
+        m = _measure.measurer(self.ws, self.task).measure(f"runs/{n}/kernel.py")
         self.ws.write(f"runs/{n}/measurement.json", json.dumps(m.result, indent=1).encode())
         cand = {"id": n, "phase": self.phase["name"], "direction": direction and direction["direction"], "sha256": sha,
                 "correct": m.correct, "ms": m.ms, "shapes_ms": [s.get("ms") for s in m.result.get("shapes", [])],

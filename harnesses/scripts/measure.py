@@ -1,12 +1,13 @@
 # The harness's own measurement of one kernel file, run in the agent's sandbox:
 #   python -c "$(cat measure.py)" KERNEL_PATH REPS
-# Correctness against reference.py on every shape of shapes.json (two seeds), then a median time.
+# Correctness against .harness/reference.py on every shape of .harness/shapes.json (the task's own
+# copies, which the harness rewrites before each run), two seeds, then a median time.
 # Prints one line: MEASURE {"shapes": [...], "correct": bool, "ms": geomean or null}.
 import importlib.util, json, math, statistics, sys, time, traceback
 
 import torch
 
-sys.path.insert(0, ".")
+sys.path[:0] = [".harness", "."]
 from reference import example_inputs, reference  # noqa: E402
 
 TOL = {torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3), torch.float32: (1e-4, 1e-4)}
@@ -59,7 +60,7 @@ def main(path, reps):
     except Exception:
         out.update(correct=False, ms=None, error="import failed: " + traceback.format_exc(limit=3)[-800:])
         return out
-    for shape in json.load(open("shapes.json")):
+    for shape in json.load(open(".harness/shapes.json")):
         dims = {k: v for k, v in shape.items() if k != "dtype"}
         row = {"shape": shape, "correct": False, "max_err": None, "ms": None, "error": None}
         try:

@@ -28,7 +28,7 @@ def kernel(tag):
 def fake(ws, monkeypatch):
     table = {"# a": (True, 2.0), "# b": (False, 0.5), "# c": (True, 1.0), "# d": (True, 0.99)}
     m = FakeMeasurer(ws, table)
-    monkeypatch.setattr(search_mod._measure, "measurer", lambda _ws: m)
+    monkeypatch.setattr(search_mod._measure, "measurer", lambda _ws, _task: m)
     return m
 
 
@@ -70,23 +70,31 @@ def test_the_promotion_rule():
     assert math.isclose(search_mod._measure.MARGIN, 0.02)
 
 
-def test_the_measurement_runs_in_the_sandbox_against_the_reference(tmp_path):
-    """The real script, in bubblewrap: a correct kernel, a wrong one, and one that raises."""
+def test_the_measurement_runs_in_the_sandbox_against_the_tasks_own_reference(tmp_path):
+    """The real script, in bubblewrap: a correct kernel, a wrong one, one that raises, and a wrong one
+    that passes only against a reference.py the agent rewrote to agree with it."""
     import operators
     from ablate.sandbox import Workspace
+    from harnesses import Task
     from harnesses.mechanisms._measure import Measurer
 
     op = operators.get("rmsnorm")
-    files = {n: p.read_bytes() for n, p in op.task_files.items()}
-    files["shapes.json"] = json.dumps(op.shape_set("smoke")).encode()
+    shapes = op.shape_set("smoke")
+    task_files = {n: p.read_bytes() for n, p in op.task_files.items()} | {"shapes.json": json.dumps(shapes).encode()}
+    files = dict(task_files)
     files["good.py"] = b"from reference import reference\ndef kernel(x, w):\n    return reference(x, w)\n"
     files["bad.py"] = b"def kernel(x, w):\n    return x\n"
     files["boom.py"] = b"def kernel(x, w):\n    raise RuntimeError('nope')\n"
     ws = Workspace.create(tmp_path / "ws", files)
-    m = Measurer(ws, reps=2)
+    m = Measurer(ws, Task("rmsnorm", "goal", shapes, task_files, None), reps=2)
     good = m.measure("good.py")
     assert good.correct and good.ms > 0 and good.seconds > 0 and len(good.result["shapes"]) == 2
     assert m.measure("good.py").seconds == 0  # the same bytes again come from the cache
     assert not m.measure("bad.py").correct
     boom = m.measure("boom.py")
     assert not boom.correct and "RuntimeError: nope" in boom.result["shapes"][0]["error"]
+    ws.write("reference.py", files["reference.py"].replace(b"return (xf", b"return x\n    (xf"))  # the agent's edit
+    ws.write("shapes.json", b"[]")
+    ws.write("bad2.py", b"def kernel(x, w):\n    return x.clone()\n")
+    fooled = m.measure("bad2.py")
+    assert not fooled.correct and len(fooled.result["shapes"]) == 2

@@ -56,7 +56,7 @@ def controller(ws, h, monkeypatch):
     tool = mech.tools(h.make_task(), ws, None)["workflow"]
     fake = FakeMeasurer({})
     fake.ws = ws
-    monkeypatch.setattr(wf._measure, "measurer", lambda _ws: fake)
+    monkeypatch.setattr(wf._measure, "measurer", lambda _ws, _task: fake)
 
     def call(**args):
         out = tool.run(args)
@@ -180,7 +180,7 @@ def test_submit_waits_for_every_phase_and_the_kept_kernel(ws, h, monkeypatch):
     src = "def kernel(x):\n    return x  # kept\n"
     fake = FakeMeasurer({src: (True, [1.0])})
     fake.ws = ws
-    monkeypatch.setattr(wf._measure, "measurer", lambda _ws: fake)
+    monkeypatch.setattr(wf._measure, "measurer", lambda _ws, _task: fake)
     calls = [h.WRITE, ("submit", {}),
              ("write_file", {"path": "docs/draft.md", "content": DRAFT.format(table="none")}), ("workflow", {"action": "advance"}),
              ("write_file", {"path": "docs/plan.md", "content": PLAN}), ("workflow", {"action": "advance"}),
