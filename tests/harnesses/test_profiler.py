@@ -1,6 +1,7 @@
 """The profiler: Nsight Compute metrics when ncu can read the counters, timed variants otherwise
 (saying why), always as profile, diagnosis and ranked recommendations."""
 import json
+import os
 import stat
 
 import pytest
@@ -112,3 +113,39 @@ def test_bad_shape_index_and_missing_kernel(ws, h):
     out = h.tool_results(r)
     assert out[0].is_error and "shape must be 0..0" in out[0].content
     assert out[1].is_error and "write kernel.py first" in out[1].content
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("confinement", ["none", "bwrap"])
+def test_profile_of_a_triton_kernel_on_the_gpu(tmp_path, h, confinement):
+    """On a CUDA machine with ncu: unconfined (as this user) the profile is ncu's metrics when the user may
+    read the counters; in the sandbox it is ncu's, or the timed fallback with the reason. Either way a
+    diagnosis and ranked recommendations."""
+
+    from ablate.models._scripted import render, template
+    from ablate.sandbox import Limits, Workspace
+
+    if prof.find_ncu() is None:
+        pytest.skip("ncu is not installed here")
+    op = operators.get("rmsnorm")
+    shapes = op.shape_set("public")
+    source, configs = template("rmsnorm")
+    files = {n: p.read_bytes() for n, p in op.task_files.items()} | {
+        "shapes.json": json.dumps(shapes).encode(), "kernel.py": render(source, configs[1]).encode()}
+    ws = Workspace.create(tmp_path / "ws", files, Limits(confinement=confinement))
+    harness = harnesses.build({"name": "p", "mechanisms": {"profiler": {}}})
+    import torch
+
+    task = h.make_task(gpu=torch.cuda.get_device_name(), shapes=shapes)
+    r = harness.run(h.Playback([("profile", {})]), task, ws, Budget(turns=2))
+    report = json.loads(h.tool_results(r)[0].content)
+    print(json.dumps(report, indent=1)[:4000])
+    assert report["diagnosis"] and report["recommendations"]
+    if report["source"] == "ncu":
+        k = max(report["profile"], key=lambda x: x.get("duration_us", 0))
+        assert k["duration_us"] > 10 and 0 < k["dram_throughput_pct"] <= 100 and "_rmsnorm_rows" in k["kernel"]
+        assert (ws.path / "profile" / "p1.csv").stat().st_size > 0
+    else:
+        assert report["source"] == "timed" and report["ncu_unavailable"]
+        if confinement == "none" and os.geteuid() == 0:
+            pytest.fail(f"ncu should run as root, unconfined: {report['ncu_unavailable']}")
