@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ablate.models import Model
-from ablate.sandbox import Workspace, core_tools
+from ablate.sandbox import Tool, ToolResult, Workspace, core_tools
 from harnesses import _documents
 from harnesses._loop import AgentResult, run_loop
 from harnesses._task import Budget, Task
@@ -44,8 +44,19 @@ class Harness:
             for name, tool in m.tools(task, ws, model).items():
                 if name in tools:
                     raise ValueError(f"mechanism {m.name} redefines the tool {name!r}")
-                tools[name], owners[name] = tool, m.name
+                tools[name], owners[name] = _guarded(name, tool), m.name
         result = run_loop(model, self.system_prompt(task), task.prompt(budget), tools, budget, owners=owners,
                           before_submit=[m.before_submit for m in self.mechanisms], progress=progress)
         result.mechanisms = {m.name: m.use() for m in self.mechanisms}
         return result
+
+
+def _guarded(name: str, tool: Tool) -> Tool:
+    """A mechanism's tool whose file errors (a path the agent turned into a symlink out, a file it
+    removed) and bad arguments come back to the agent as an error result, as the core tools' do."""
+    def run(args):
+        try:
+            return tool.run(args)
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            return ToolResult(f"{name}: {type(e).__name__}: {e}", is_error=True)
+    return Tool(tool.spec, run)

@@ -88,7 +88,10 @@ class Search(Mechanism):
         if best is None:
             return ("submit refused: no correct candidate yet. Register kernels with the `candidate` tool; "
                     "the best correct one is promoted and submitted.")
-        self.ws.write("kernel.py", self.ws.read_bytes(f"candidates/{best['id']}.py"))
+        try:
+            self.ws.write("kernel.py", self.ws.read_bytes(f"candidates/{best['id']}.py"))
+        except OSError as e:  # kernel.py or the snapshot turned into something else (a link out, a directory)
+            return f"submit refused: could not promote candidate {best['id']} into kernel.py: {e}"
         for c in self.candidates:
             if c["status"] in ("correct", "promoted", "superseded"):
                 c["status"] = "promoted" if c is best else "superseded"

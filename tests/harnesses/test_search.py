@@ -98,3 +98,15 @@ def test_the_measurement_runs_in_the_sandbox_against_the_tasks_own_reference(tmp
     ws.write("bad2.py", b"def kernel(x, w):\n    return x.clone()\n")
     fooled = m.measure("bad2.py")
     assert not fooled.correct and len(fooled.result["shapes"]) == 2
+
+
+def test_a_symlink_planted_by_the_agent_is_an_error_not_a_crash(ws, h, fake, tmp_path):
+    (tmp_path / "outside").mkdir()
+    harness = harnesses.build({"name": "s", "mechanisms": {"search": {}, "workflow": {}}})
+    calls = [kernel("a"), ("bash", {"command": f"ln -s {tmp_path / 'outside'} candidates && ln -s /etc/passwd docs"}),
+             ("candidate", {"change": "through the link"}), ("workflow", {"action": "advance"}), ("submit", {})]
+    r = harness.run(h.Playback(calls), h.make_task(), ws, Budget(turns=6))
+    out = h.tool_results(r)
+    assert out[2].is_error and "candidate:" in out[2].content and not list((tmp_path / "outside").iterdir())
+    assert out[3].is_error and "docs/draft.md does not exist" in out[3].content
+    assert r.end_reason != "submitted"
