@@ -98,11 +98,9 @@ def expand(cfg: dict[str, Any], operator_names: list[str] | None = None) -> list
     if not model:
         raise AblateError("no model: give +model=NAME (e.g. +model=scripted) or set study.model")
     budget = dict(cfg["budget"])
-    try:
-        harnesses.Budget(**budget)
-    except TypeError:
-        valid = ", ".join(harnesses.Budget.__dataclass_fields__)
-        raise AblateError(f"budget has keys {sorted(budget)}; valid: {valid}") from None
+    unknown = [k for k in budget if k not in harnesses.Budget.__dataclass_fields__]
+    if unknown:
+        raise AblateError(f"budget: unknown key {unknown[0]!r}; valid: {', '.join(harnesses.Budget.__dataclass_fields__)}")
     aux = auxiliary_models(cfg)
     chosen = arms(cfg)
     for harness in chosen.values():
