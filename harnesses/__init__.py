@@ -28,9 +28,9 @@ from harnesses.mechanisms.search import Search
 from harnesses.mechanisms.workflow import Workflow
 
 # Mechanisms by name: what a harness config's `mechanisms:` keys may be. The order is the order
-# their submit checks run in: the workflow's gate, then the search's promotion of its best
-# candidate, then the reviewer's review of what would be submitted.
-MECHANISMS = {m.name: m for m in (Knowledge, Workflow, Profiler, Search, Reviewer, EvaluateTool)}
+# their submit checks run in: the search promotes its best candidate into kernel.py, the workflow
+# checks that kernel.py is its kept candidate, the reviewer reviews what would be submitted.
+MECHANISMS = {m.name: m for m in (Knowledge, Search, Workflow, Profiler, Reviewer, EvaluateTool)}
 
 
 def active(mechanisms: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:

@@ -2,8 +2,10 @@
 change, evidence, status), measured by the harness itself; at submit the best correct
 candidate by those measurements is promoted into kernel.py and submitted.
 
-Statuses: ``correct`` (measured, passes), ``incorrect`` (measured, fails), then at promotion
-``promoted`` for the winner and ``superseded`` for the other correct ones.
+Statuses: ``correct`` (measured, passes), ``incorrect`` (measured, fails), then at each submit
+``promoted`` for the one written into kernel.py and ``superseded`` for the other correct ones.
+Promotion comes first among the submit checks, so the workflow's gate and the reviewer see the
+kernel that would be submitted.
 """
 from __future__ import annotations
 

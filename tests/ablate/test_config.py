@@ -80,7 +80,7 @@ def conf_copy(tmp_path):
     ("budget/typo.yaml", "turns: 10\nmax_token: 100\n",
      "Key 'max_token' not in 'budget (valid: turns, tokens, cost_usd, wall_s, tool_s, gpu_s)'"),
     ("harness/typo.yaml", "name: typo\nmechanisms:\n  knowlege: {}\n",
-     "Key 'knowlege' not in 'mechanisms (valid: knowledge, workflow, profiler, search, reviewer, evaluate_tool)'"),
+     "Key 'knowlege' not in 'mechanisms (valid: knowledge, search, workflow, profiler, reviewer, evaluate_tool)'"),
     ("harness/typo.yaml", "name: typo\nmechanisms:\n  reviewer: {round: 3}\n", "Key 'round' not in 'reviewer (valid: rounds)'"),
     ("model/typo.yaml", "name: typo\nprovider: scripted\nmax_token: 100\n", "Key 'max_token' not in 'ModelConfig'"),
     ("study/typo.yaml", "# @package _global_\nstudy:\n  name: typo\n  seed: [0]\n", "Key 'seed' not in 'StudyConfig'"),

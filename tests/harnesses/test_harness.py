@@ -55,8 +55,8 @@ def test_each_mechanism_alone_adds_its_tools_and_prompt(ws, run, name):
 def test_kda05_has_every_mechanism_in_submit_order():
     h = harnesses.build({"name": "kda05", "mechanisms": {n: {} for n in reversed(list(harnesses.MECHANISMS))}})
     assert [m.name for m in h.mechanisms] == list(harnesses.MECHANISMS)
-    assert list(harnesses.MECHANISMS).index("workflow") < list(harnesses.MECHANISMS).index("search") < \
-        list(harnesses.MECHANISMS).index("reviewer")  # gate, promote, then review what would be submitted
+    order = list(harnesses.MECHANISMS)
+    assert order.index("search") < order.index("workflow") < order.index("reviewer")  # promote, gate, review
 
 
 def test_a_null_mechanism_is_off():
@@ -64,7 +64,7 @@ def test_a_null_mechanism_is_off():
 
 
 def test_unknown_mechanism_and_option_are_one_line_errors_listing_the_valid_names():
-    with pytest.raises(AblateError, match="valid: knowledge, workflow, profiler, search, reviewer, evaluate_tool"):
+    with pytest.raises(AblateError, match="valid: knowledge, search, workflow, profiler, reviewer, evaluate_tool"):
         harnesses.build({"name": "w", "mechanisms": {"telepathy": {}}})
     with pytest.raises(AblateError, match="no option 'round'; valid: rounds"):
         harnesses.build({"name": "w", "mechanisms": {"reviewer": {"round": 3}}})

@@ -206,3 +206,22 @@ def test_the_first_phase_must_be_correct():
 
     with pytest.raises(AblateError, match="first workflow phase must be 'correct'"):
         harnesses.build({"name": "w", "mechanisms": {"workflow": {"phases": ["optimise"]}}})
+
+
+def test_with_search_the_promoted_candidate_must_also_be_the_kept_one(ws, h, monkeypatch):
+    harness = harnesses.build({"name": "w", "mechanisms": {"workflow": {"phases": ["correct"]}, "search": {}}})
+    slow, fast = ("def kernel(x):\n    return x  # slow\n", "def kernel(x):\n    return x  # fast\n")
+    fake = FakeMeasurer({slow: (True, [2.0]), fast: (True, [1.0])})
+    fake.ws = ws
+    monkeypatch.setattr(wf._measure, "measurer", lambda _ws, _task: fake)
+    calls = [("write_file", {"path": "docs/draft.md", "content": DRAFT.format(table="none")}), ("workflow", {"action": "advance"}),
+             ("write_file", {"path": "docs/plan.md", "content": PLAN}), ("workflow", {"action": "advance"}),
+             ("write_file", {"path": "kernel.py", "content": fast}), ("candidate", {"change": "fast, never shown to the workflow"}),
+             ("write_file", {"path": "kernel.py", "content": slow}), ("candidate", {"change": "slow"}),
+             ("workflow", {"action": "advance"}),
+             ("workflow", {"action": "decide", "decision": "keep", "reason": "correct on the public shape"}),
+             ("workflow", {"action": "next_phase", "reason": "the only phase is done"}), ("submit", {})]
+    r = harness.run(h.Playback(calls), h.make_task(), ws, Budget(turns=20))
+    last = h.tool_results(r)[-1]
+    assert last.is_error and "not the kept candidate 1" in last.content  # the search promoted c1 over it
+    assert "# fast" in (ws.path / "kernel.py").read_text() and not r.submitted
