@@ -107,3 +107,11 @@ def test_no_model_is_a_clear_error():
     del c["study"]["model"]
     with pytest.raises(AblateError, match=r"\+model="):
         expand(c)
+
+
+def test_the_core_prompts_hashes_are_in_the_match_key(monkeypatch):
+    import harnesses
+
+    before = expand(cfg())[0].match_key
+    monkeypatch.setattr(harnesses, "core_hashes", lambda: {"prompts/core.md": "0" * 64, "prompts/task.md": "1" * 64})
+    assert expand(cfg())[0].match_key != before
