@@ -53,9 +53,13 @@ class Operator:
     # outputs that allclose cannot judge fairly (top-k indices under ties). None: every output
     # allclose with the tolerance of the shape's dtype. The evaluator calls verify(), which uses it.
     check: Callable[[Any, Any, tuple], CheckResult] | None = None
-    # Optional: turns an imported submission module into kernel(*inputs) (KernelBench's
-    # ModelNew class). None: the module's `kernel` function. The evaluator calls kernel_of().
-    entry: Callable[[Any], Callable[..., Any]] | None = None
+    # How an imported submission module becomes kernel(*inputs), as a plain description that
+    # crosses processes (see operators/_entries.py). None: the module's `kernel` function.
+    entry: dict[str, Any] | None = None
+    # ATen operators (schema names, e.g. "aten::_fused_rms_norm") that compute this operator's
+    # contract: dispatching one during the kernel's call is a library passthrough, however the
+    # call was spelled in the source.
+    library_ops: tuple[str, ...] = ()
     # For operators loaded from an external format: the conf/operators node that loads it
     # again (in another process), e.g. {"source": "kernelbench", "path": ..., "level": 1}.
     source: dict[str, Any] = field(default_factory=dict)
@@ -79,12 +83,9 @@ class Operator:
 
     def kernel_of(self, module: Any) -> Callable[..., Any]:
         """The submission's entry point: kernel(*inputs) with the reference's inputs and outputs."""
-        if self.entry is not None:
-            return self.entry(module)
-        fn = getattr(module, "kernel", None)
-        if not callable(fn):
-            raise ValueError("submission defines no function kernel(*inputs)")
-        return fn
+        from operators._entries import kernel_of
+
+        return kernel_of(module, self.entry)
 
     def verify(self, outputs: Any, expected: Any, inputs: tuple, dtype: str | None = None) -> CheckResult:
         """Judge outputs against the reference's; dtype picks the tolerance (the shape's dtype)."""

@@ -25,6 +25,7 @@ import torch
 from ablate.errors import AblateError
 from operators import _meta
 from operators._inputs import generator, tensor
+from operators._entries import module_runner
 from operators._node import node_value
 from operators._operator import Baseline, Operator, load_module
 
@@ -46,37 +47,9 @@ def problem_dir(path: str | Path, level: int) -> Path:
     raise AblateError(f"no KernelBench level {level} under {root} (expected {root}/KernelBench/level{level}/*.py)")
 
 
-def _device_of(inputs: tuple) -> torch.device:
-    return next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
-
-
-def _seeded(build):
-    """build() under torch.manual_seed(SEED), leaving the caller's RNG state alone."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        return build()
-
-
 def _runner(cls, mod, compile_mode: str | None = None) -> Any:
-    """kernel(*inputs) that calls cls(*get_init_inputs()) built once per device and float dtype
-    under SEED; the parameters follow the inputs' dtype, so a float64 reference stays float64.
-    compile_mode: torch.compile the built model ("default" or "max-autotune"), not its construction."""
-    models: dict[tuple[str, Any], Any] = {}
-
-    def run(*inputs):
-        dev = _device_of(inputs)
-        dtype = next((t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
-        if (str(dev), dtype) not in models:
-            model = _seeded(lambda: cls(*mod.get_init_inputs())).to(dev).eval()
-            has_float = any(p.is_floating_point() for p in list(model.parameters()) + list(model.buffers()))
-            model = model.to(dtype) if dtype is not None and has_float else model
-            if compile_mode:
-                model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode, dynamic=False)
-            models[(str(dev), dtype)] = model
-        with torch.no_grad():
-            return models[(str(dev), dtype)](*inputs)
-
-    return run
+    """kernel(*inputs) calling cls(*get_init_inputs()) built under SEED (see _entries)."""
+    return module_runner(cls, mod, SEED, compile_mode)
 
 
 def _library_calls(source: str) -> tuple[str, ...]:
@@ -111,13 +84,6 @@ def from_file(file: Path, level: int, root: Path | None = None) -> Operator:
             raise AblateError(f"KernelBench problem {file} defines no {attr}")
 
     reference = _runner(mod.Model, mod)
-
-    def entry(module):
-        if callable(getattr(module, "kernel", None)):
-            return module.kernel
-        if isinstance(getattr(module, "ModelNew", None), type):
-            return _runner(module.ModelNew, mod)
-        raise ValueError("submission defines neither kernel(*inputs) nor class ModelNew")
 
     def make_inputs(shape, seed, device, dist):
         with torch.random.fork_rng(devices=[]):
@@ -178,7 +144,7 @@ def from_file(file: Path, level: int, root: Path | None = None) -> Operator:
         library_calls=_library_calls(file.read_text()),
         task_files={"reference.py": file},
         why_shapes=f"The sizes KernelBench level {level} fixes for this problem.",
-        entry=entry,
+        entry={"kind": "kernelbench", "problem": str(file.resolve()), "seed": SEED},
         source={"source": "kernelbench", "path": str(root or file.parent), "level": level, "names": [stem]},
     )
 

@@ -10,7 +10,7 @@ import json
 import sys
 
 from ablate.errors import AblateError
-from ablate.evaluate._api import EvaluatorFailure, evaluate
+from ablate.evaluate._supervisor import EvaluatorFailure, evaluate
 
 
 def _fmt(x, spec: str) -> str:

@@ -1,4 +1,10 @@
-"""The device: which one, what it is, its L2, and its measured ceilings (copy GB/s, matmul TFLOP/s)."""
+"""The device: which one, what it is, its L2, and its speed-of-light ceilings.
+
+A ceiling is physical: the higher of the vendor's datasheet peak and the best rate measured here
+(device-to-device copy, read-only and write-only streams for bandwidth; bf16 matrix products for
+compute), so no kernel and no library can run faster than the floor it gives. A single measured
+size under-reads a ceiling and would let kernels 'beat physics': the measured rates are the best
+of several sizes."""
 from __future__ import annotations
 
 import ctypes
@@ -9,6 +15,22 @@ import statistics
 import torch
 
 _STATE: dict = {}  # per-process: the L2 flush buffer
+
+# Vendor datasheet peaks (dense, no sparsity): HBM bytes/s and bf16 tensor-core FLOP/s. Matched
+# in order against the device name; more specific names first.
+DATASHEET = (
+    ("H200", 4.8e12, 989e12),  # NVIDIA H200 SXM datasheet
+    ("H100 NVL", 3.9e12, 835e12),
+    ("H100 PCIe", 2.0e12, 756e12),
+    ("H100", 3.35e12, 989e12),  # H100 SXM
+    ("GB200", 8.0e12, 2500e12),
+    ("B200", 8.0e12, 2250e12),
+    ("B100", 8.0e12, 1750e12),
+    ("A100-SXM4-80GB", 2.039e12, 312e12),
+    ("A100", 1.555e12, 312e12),
+    ("L40S", 0.864e12, 362e12),
+    ("RTX 4090", 1.008e12, 165e12),
+)
 
 
 def resolve_device(request: str) -> str:
@@ -42,12 +64,12 @@ def device_info(device: str) -> dict:
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         info.update(name=props.name, driver=driver_version(), cuda=torch.version.cuda,
-                    l2_bytes=int(getattr(props, "L2_cache_size", 0)) or None)
+                    l2_bytes=int(getattr(props, "L2_cache_size", 0)) or None, memory_bytes=int(props.total_memory))
     return info
 
 
 def library_versions() -> dict:
-    """Versions that can change a baseline's time (part of the baseline cache key)."""
+    """Versions that can change a baseline's time or output (part of the baseline cache key)."""
     names = ("torch", "triton", "liger-kernel", "cupy-cuda12x", "cupy-cuda13x", "flashinfer-python", "quack-kernels")
     return {n: v for n in names if (v := _version(n))}
 
@@ -62,18 +84,24 @@ def flush_buffer() -> torch.Tensor:
 
 class L2Guard:
     """Persisting-L2 state through the driver API: detect it (reserved set-aside, an access-policy
-    window on the timing stream) and reset it before each timed call, so nothing survives the flush."""
+    window on the timing stream) and reset it before each timed call, so nothing survives the flush.
+    Made before any submitted code runs; it holds the ctypes pieces and the stream it watches."""
 
     LIMIT = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
     WINDOW = 1  # CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW
 
-    def __init__(self):
+    def __init__(self, stream=None):
         self.lib = None
         try:
             self.lib = ctypes.CDLL("libcuda.so.1")
         except OSError:
             return
-        self._zero_window = (ctypes.c_ubyte * 64)()  # CUstreamAttrValue (a 64-byte union), all zero
+        self._size_t, self._byref, self._buf = ctypes.c_size_t, ctypes.byref, ctypes.c_ubyte * 64
+        self._get_limit, self._set_limit = self.lib.cuCtxGetLimit, self.lib.cuCtxSetLimit
+        self._get_attr, self._set_attr = self.lib.cuStreamGetAttribute, self.lib.cuStreamSetAttribute
+        self._reset_l2 = self.lib.cuCtxResetPersistingL2Cache
+        self._stream = ctypes.c_void_p((stream or torch.cuda.current_stream()).cuda_stream)
+        self._zero_window = self._buf()  # CUstreamAttrValue (a 64-byte union), all zero
         # The state before the candidate is imported. A driver or platform may start with a non-zero
         # persisting-L2 limit; only a change the candidate makes counts (and reset restores this).
         self.baseline = self._state()
@@ -83,14 +111,13 @@ class L2Guard:
         return self.lib is not None
 
     def _state(self) -> tuple[int | None, int | None]:
-        """(persisting-L2 limit, access-policy window bytes on the current stream); None where unreadable."""
-        limit = ctypes.c_size_t(0)
-        limit_value = limit.value if self.lib.cuCtxGetLimit(ctypes.byref(limit), self.LIMIT) == 0 else None
-        value = (ctypes.c_ubyte * 64)()
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        """(persisting-L2 limit, access-policy window bytes on the timing stream); None where unreadable."""
+        limit = self._size_t(0)
+        limit_value = limit.value if self._get_limit(self._byref(limit), self.LIMIT) == 0 else None
+        value = self._buf()
         window = None
-        if self.lib.cuStreamGetAttribute(stream, self.WINDOW, ctypes.byref(value)) == 0:
-            window = ctypes.c_size_t.from_buffer(value, 8).value  # CUaccessPolicyWindow.num_bytes
+        if self._get_attr(self._stream, self.WINDOW, self._byref(value)) == 0:
+            window = self._size_t.from_buffer(value, 8).value  # CUaccessPolicyWindow.num_bytes
         return limit_value, window
 
     def used(self) -> bool:
@@ -99,16 +126,14 @@ class L2Guard:
             return False
         limit, window = self._state()
         base_limit, base_window = self.baseline
-        grew = lambda now, before: now is not None and now > (before or 0)  # noqa: E731
-        return grew(limit, base_limit) or grew(window, base_window)
+        return (limit is not None and limit > (base_limit or 0)) or (window is not None and window > (base_window or 0))
 
     def reset(self) -> None:
         if not self.lib:
             return
-        self.lib.cuCtxSetLimit(self.LIMIT, ctypes.c_size_t(self.baseline[0] or 0))
-        self.lib.cuCtxResetPersistingL2Cache()
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self.lib.cuStreamSetAttribute(stream, self.WINDOW, ctypes.byref(self._zero_window))
+        self._set_limit(self.LIMIT, self._size_t(self.baseline[0] or 0))
+        self._reset_l2()
+        self._set_attr(self._stream, self.WINDOW, self._byref(self._zero_window))
 
 
 def _event_median_ms(fn, reps: int) -> float:
@@ -125,21 +150,25 @@ def _event_median_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-COPY_BYTES = (256 << 20, 1 << 30, 2 << 30)  # one buffer each way
+STREAM_BYTES = (256 << 20, 1 << 30, 2 << 30)  # one buffer each way
 MATMUL_N = (4096, 8192, 16384)  # square bf16 products
 
 
 def ceiling_rows(timer=None) -> list[dict]:
-    """Each size measured: device-to-device copies (rate: bytes read + written per second) and
-    bf16 matmuls (flops per second). timer(fn) -> ms; CUDA events by default. A single size
-    under-reads a ceiling and would let kernels 'beat physics': the ceilings are the best rows."""
+    """Each size measured: device-to-device copies (bytes read + written per second), read-only
+    (a sum) and write-only (a fill) streams, and bf16 matmuls (flops per second).
+    timer(fn) -> ms; CUDA events by default."""
     timer = timer or (lambda fn: _event_median_ms(fn, 20))
     rows = []
-    for size in COPY_BYTES:
-        src = torch.empty(size, dtype=torch.uint8, device="cuda")
+    for size in STREAM_BYTES:
+        src = torch.ones(size // 4, dtype=torch.float32, device="cuda")
         dst = torch.empty_like(src)
         ms = timer(lambda: dst.copy_(src))  # noqa: B023  (called before the loop moves on)
         rows.append({"what": "copy", "bytes": 2 * size, "ms": ms, "rate": 2 * size / (ms * 1e-3)})
+        ms = timer(lambda: src.sum())  # noqa: B023
+        rows.append({"what": "read", "bytes": size, "ms": ms, "rate": size / (ms * 1e-3)})
+        ms = timer(lambda: dst.fill_(1.0))  # noqa: B023
+        rows.append({"what": "write", "bytes": size, "ms": ms, "rate": size / (ms * 1e-3)})
         del src, dst
     for n in MATMUL_N:
         a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -152,15 +181,31 @@ def ceiling_rows(timer=None) -> list[dict]:
 
 
 def best_rates(rows: list[dict]) -> tuple[float, float]:
-    """(copy bytes/s, matmul flops/s): the best row of each kind."""
-    return (max(r["rate"] for r in rows if r["what"] == "copy"),
+    """(bytes/s, matmul flops/s): the best measured row of each kind."""
+    return (max(r["rate"] for r in rows if r["what"] in ("copy", "read", "write")),
             max(r["rate"] for r in rows if r["what"] == "matmul"))
+
+
+def datasheet(name: str) -> tuple[float, float] | None:
+    for key, bw, flops in DATASHEET:
+        if key in name:
+            return bw, flops
+    return None
+
+
+def physical_ceilings(name: str, measured_bw: float, measured_flops: float) -> dict:
+    """The ceilings the floor and speed-of-light use: max(datasheet, measured) of each kind."""
+    sheet = datasheet(name) or (0.0, 0.0)
+    return {"copy_gbps": round(max(sheet[0], measured_bw) / 1e9, 1),
+            "matmul_tflops": round(max(sheet[1], measured_flops) / 1e12, 1),
+            "measured_gbps": round(measured_bw / 1e9, 1), "measured_tflops": round(measured_flops / 1e12, 1),
+            "datasheet_gbps": round(sheet[0] / 1e9, 1) or None, "datasheet_tflops": round(sheet[1] / 1e12, 1) or None}
 
 
 def measure_ceilings() -> dict:
     """The GPU's ceilings as the evaluator uses and caches them."""
-    copy, matmul = best_rates(ceiling_rows())
-    return {"copy_gbps": round(copy / 1e9, 1), "matmul_tflops": round(matmul / 1e12, 1)}
+    bw, flops = best_rates(ceiling_rows())
+    return physical_ceilings(torch.cuda.get_device_name(), bw, flops)
 
 
 def cpu_threads_warm() -> None:

@@ -1,12 +1,21 @@
-"""Rejection reasons: one short code per failure class. ``result["checks"]`` has one entry per
-code ("pass" | "fail" | "skip"), so reports can count how many submissions each check rejected."""
+"""Rejection reasons: one short code per failure class, written here once. ``result["checks"]``
+has one entry per code ("pass" | "fail" | "skip"), so reports can count how many submissions
+each check rejected."""
+
+# The judge's rules, as one version: records judged under different versions never pair.
+VERSION = "2"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)
-    "missing_file": "the submission path is not a file",
+    "missing_file": "the submission is missing or not a regular file (a directory, a link, a FIFO)",
+    "file_too_large": "kernel.py is larger than the evaluator reads (1 MiB)",
     "syntax_error": "kernel.py does not parse",
     "no_kernel_function": "kernel.py defines no callable named kernel",
-    "library_passthrough": "the source calls the library it should beat, or the reference (static scan)",
+    "library_passthrough": "the kernel calls the library it should beat, or the reference (in its source, or "
+                           "an ATen operator of the contract dispatched at run time)",
+    "forbidden_code": "the kernel uses what a kernel has no business using: frame or garbage-collector "
+                      "introspection, code replacement, ctypes, processes, /proc, private torch APIs, dynamic "
+                      "code (in its source, or refused at run time)",
     # importing and calling it (candidate process)
     "import_error": "importing kernel.py raised (a module or artefact outside the submission, for one)",
     "bad_signature": "kernel cannot be called with the operator's inputs",
@@ -23,12 +32,14 @@ REASONS: dict[str, str] = {
     "input_mutated": "the kernel changed its inputs",
     "output_aliases_input": "an output shares memory with an input",
     "thread_injection": "a thread started by the kernel was still alive after the call returned",
+    "helper_process": "the kernel started a process other than a compiler or build tool",
     # its timing
-    "stale_output": "the output of a call inside the timed loop is wrong (caching, timed-loop skipping)",
+    "stale_output": "the output of a call inside the timed loop is wrong for that call's input (caching, "
+                    "timed-loop skipping)",
     "timer_tampered": "a timing function was replaced after the submission was imported",
-    "driver_tampered": "an evaluation-driver function was replaced, or its report is not genuine",
+    "driver_tampered": "a library function was replaced, or a report broke the protocol",
     "stream_mismatch": "wall-clock time with a full device sync far exceeds the event time (side stream)",
-    "below_roofline": "faster than the measured memory or compute ceiling allows",
+    "below_roofline": "faster than speed of light: the physical floor of bytes and flops (datasheet or measured ceiling)",
     "l2_persistence": "the kernel reserved persisting L2 or set an access-policy window",
     "graph_capture_failed": "--cuda-graph: the kernel could not be captured in a CUDA graph",
 }

@@ -1,5 +1,7 @@
 """Static checks of kernel.py: does it parse, does it define `kernel`, does it call the library
-it is meant to beat (a library passthrough is never counted as the agent's kernel)?
+it is meant to beat (a library passthrough is never counted as the agent's kernel), and does it
+use what a kernel has no business using (forbidden: frame and garbage-collector introspection,
+code replacement, ctypes, processes, /proc, private torch internals, dynamic code)?
 
 Patterns in an operator's ``library_calls``:
   "torch.nn.functional.rms_norm"  a dotted name, matched after resolving import aliases
@@ -124,3 +126,72 @@ def passthrough(tree: ast.Module, library_calls: tuple[str, ...]) -> list[str]:
     if any(_under(m, "operators") or m.split(".")[-1] == "reference" for m in modules) or "reference" in aliases:
         found.append("reference")
     return found
+
+
+# What a kernel has no business doing. Dotted names match after resolving import aliases.
+FORBIDDEN_NAMES = (
+    "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
+    "sys.monitoring", "sys.modules", "sys.addaudithook", "sys.audit",
+    "inspect.currentframe", "inspect.stack", "inspect.getouterframes", "inspect.getinnerframes", "inspect.trace",
+    "traceback.walk_stack", "traceback.walk_tb", "threading.settrace", "threading.setprofile",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "ctypes", "_ctypes", "cffi", "numpy.ctypeslib", "mmap", "marshal", "pickle", "dill", "cloudpickle",
+    "subprocess", "_posixsubprocess", "multiprocessing", "pty", "concurrent.futures.process", "os.fork", "os.forkpty", "os.system",
+    "os.popen", "os.kill", "os.killpg", "os.posix_spawn", "os.posix_spawnp", "os.execv", "os.execve",
+    "os.execvp", "os.execl", "os.execlp", "os.spawnv", "os.spawnl", "os.setuid", "os.chroot", "os.unshare",
+    "os.setns", "builtins", "importlib.reload", "types.FunctionType", "types.CodeType",
+    "torch._C", "torch.ops", "torch._dynamo", "torch._inductor", "torch.utils._python_dispatch",
+    "torch.overrides", "torch.cuda.cudart", "cupy.cuda.runtime",
+)
+FORBIDDEN_BUILTINS = ("exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint")
+FORBIDDEN_ATTRS = ("__code__", "__globals__", "__closure__", "__builtins__", "__subclasses__", "__bases__",
+                   "__mro__", "__dict__", "f_back", "f_locals", "f_globals", "f_code", "tb_frame", "gi_frame",
+                   "cr_frame", "ag_frame", "co_code")
+_PATHS = ("/proc/", "/dev/mem", "/sys/kernel", "/dev/shm")
+
+
+def forbidden(tree: ast.Module) -> list[str]:
+    """What the source uses that a kernel has no business using, with line numbers: empty when
+    clean. Catches the plain spellings; the candidate's run-time guard catches the rest."""
+    aliases, modules = _imports(tree)
+    found: dict[str, int] = {}
+
+    def hit(what: str, node) -> None:
+        found.setdefault(what, getattr(node, "lineno", 0))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] if node.module else []
+            for n in names:
+                for pattern in FORBIDDEN_NAMES:
+                    if _under(n, pattern):
+                        hit(pattern, node)
+        if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRS:
+            hit(node.attr, node)
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS and node.id not in aliases:
+            hit(f"{node.id}()", node)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and any(p in node.value for p in _PATHS):
+            hit(f"the path {node.value[:40]!r}", node)
+        if isinstance(node, (ast.Attribute, ast.Name, ast.Call)):
+            d = _dotted(node)
+            if d:
+                head, _, rest = d.partition(".")
+                full = aliases[head] + ("." + rest if rest else "") if head in aliases else d
+                for pattern in FORBIDDEN_NAMES:
+                    if _under(full, pattern):
+                        hit(pattern, node)
+                if full.startswith("torch._") or (full.startswith("torch.") and "._" in full[6:]):
+                    hit(f"private torch API {full}", node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr",
+                                                                                              "delattr", "hasattr"):
+            target = _dotted(node.args[0]) if node.args else None
+            head = (target or "").split(".")[0]
+            dynamic = len(node.args) < 2 or not isinstance(node.args[1], ast.Constant)
+            if head in aliases and (dynamic or node.func.id != "getattr"):
+                hit(f"{node.func.id}() on the module {aliases[head]}", node)
+    for m in modules:  # importlib.import_module("ctypes") and the like
+        for pattern in FORBIDDEN_NAMES:
+            if _under(m, pattern):
+                hit(pattern, tree)
+    return [f"{what} (line {line})" if line else what for what, line in sorted(found.items(), key=lambda kv: kv[1])]

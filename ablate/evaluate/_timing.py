@@ -1,97 +1,157 @@
-"""Timing one callable, the same way for a candidate and for the baselines.
+"""Timing one callable, the same way for a candidate (in its own process) and for the baselines
+(in the judge).
 
-GPU: before each call the live inputs are refilled from one of several pre-made input sets (so a
-cache keyed on pointers goes stale) and L2 is flushed with a buffer larger than it; CUDA events
-bracket the call alone. Persisting L2 (a reserved set-aside or an access-policy window) is checked
-after every call and reset when found, so nothing survives the flush. Warm-up calls are excluded; the number of calls adapts
-so the timed calls add up to about `budget_ms`. A few more calls measure the wall clock and the lag
-between the timed stream finishing and the whole device going idle (work left on a side stream
-shows up there, not in the events). One call per input set,
-chosen at random, has its outputs kept for the judge to verify.
+Each call: the live inputs are refilled from one of several input sets, then one element of every
+floating-point input is overwritten with another of its elements (positions drawn from the OS's
+random source), then L2 is flushed with a buffer larger than it; CUDA events bracket the call
+alone. No two calls see the same input, so an answer kept from an earlier call, keyed on
+pointers or on a fingerprint of the values, is wrong for this one. After each call the loop draws,
+from the OS's random source, whether to keep it: a kept call's outputs are handed to `keep`
+(which, in the candidate, seals them and sends them to the judge) before the kernel runs again, so
+the kernel cannot know which calls are checked, nor fix a call's outputs once it has returned.
+
+Persisting L2 (a reserved set-aside or an access-policy window) is checked after every call and
+reset when found. Warm-up calls are excluded; the number of calls adapts so the timed calls add
+up to about `budget_ms`. A few more calls measure the wall clock and the lag between the timed
+stream finishing and the whole device going idle (work left on a side stream shows up there).
 
 CPU (Triton's interpreter): a handful of calls timed by perf_counter; labelled, never mixed with GPU.
 
-The callables used here are captured at import, before any submission is imported.
+Everything the loop calls is captured here at import as C-level callables, before any
+submission is imported; the candidate loads this module privately (see _candidate), so a
+submission can neither patch it nor reach the torch or os attributes it captured.
 """
 from __future__ import annotations
 
 import math
-import random
-import statistics
+import os
 import time
 
 import torch
 
 _perf = time.perf_counter
-_median = statistics.median
+_urandom = os.urandom
+_from_bytes = int.from_bytes
+_TB = torch._C.TensorBase
 _Tensor = torch.Tensor
-_copy = torch.Tensor.copy_
-_clone = torch.Tensor.clone
-_zero = torch.Tensor.zero_
-_Event = torch.cuda.Event
-_record = torch.cuda.Event.record
-_elapsed = torch.cuda.Event.elapsed_time
-_esync = torch.cuda.Event.synchronize
-_sync = torch.cuda.synchronize
+_copy, _clone, _zero, _reshape = _TB.copy_, _TB.clone, _TB.zero_, _TB.reshape
+_numel, _is_float, _is_contig = _TB.numel, _TB.is_floating_point, _TB.is_contiguous
+_getitem = _TB.__getitem__
+_Event = torch._C._CudaEventBase
+_record, _elapsed, _esync = (getattr(_Event, n, None) for n in ("record", "elapsed_time", "synchronize"))
+_sync = getattr(torch._C, "_cuda_synchronize", None)
+KEEP_PER_SHAPE = 4  # calls kept for checking, on average
+MIN_KEPT = 2
 
 
-def _refresh(live: tuple, source: tuple) -> None:
+def _rand_below(n: int) -> int:
+    return _from_bytes(_urandom(8), "little") % n
+
+
+def refresh(live: tuple, source: tuple) -> None:
     for a, b in zip(live, source):
         if isinstance(a, _Tensor):
             _copy(a, b)
+
+
+def perturb(live: tuple) -> list:
+    """Overwrite one element of each floating-point input with another of its elements; returns
+    [(input index, destination, source)] (flat indices), what the judge needs to redo the input."""
+    done = []
+    for i, t in enumerate(live):
+        if isinstance(t, _Tensor) and _is_float(t) and _is_contig(t):
+            n = _numel(t)
+            if n > 1:
+                dst, src = _rand_below(n), _rand_below(n)
+                flat = _reshape(t, (-1,))
+                _copy(_getitem(flat, slice(dst, dst + 1)), _getitem(flat, slice(src, src + 1)))
+                done.append((i, dst, src))
+    return done
+
+
+def apply_perturbation(inputs: tuple, moves) -> tuple:
+    """The same overwrite on a copy of `inputs` (the judge rebuilding a kept call's input)."""
+    out = list(inputs)
+    for i, dst, src in moves:
+        t = out[i]
+        if not (isinstance(t, _Tensor) and _is_float(t) and 0 <= dst < _numel(t) and 0 <= src < _numel(t)):
+            raise ValueError(f"perturbation {(i, dst, src)} does not fit the inputs")
+        t = _clone(t)
+        flat = _reshape(t, (-1,))
+        _copy(_getitem(flat, slice(dst, dst + 1)), _getitem(flat, slice(src, src + 1)))
+        out[i] = t
+    return tuple(out)
 
 
 def _outs(out) -> list:
     return [out] if type(out) is _Tensor else list(out)
 
 
-def _plan(n: int, k: int, rng: random.Random) -> tuple[list[int], dict[int, int]]:
-    """Which input set each call uses, and the one call per set whose output is kept."""
-    order = [i % k for i in range(n)]
-    rng.shuffle(order)
-    checked = {j: rng.choice([i for i, s in enumerate(order) if s == j]) for j in range(k)}
-    return order, {i: j for j, i in checked.items()}
+def _keep_now(n: int) -> bool:
+    return _rand_below(1 << 30) < (1 << 30) * min(1.0, KEEP_PER_SHAPE / max(n, 1))
 
 
 def stats(times: list[float]) -> dict:
     s = sorted(times)
     q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
-    return {"median": _median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s)}
+    mid = len(s) // 2
+    median = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+    return {"median": median, "p10": q(0.1), "p90": q(0.9), "n": len(s)}
 
 
-def measure(fn, live: tuple, sources: list[tuple], *, device: str, rng: random.Random,
-            budget_ms: float | None = None, graph: bool = False, l2=None, est_ms: float | None = None
-            ) -> tuple[dict, dict]:
-    """Time fn(*live). Returns (stats with wall_ms [and l2_persistence], {set j: (call, outputs)}).
-    On CPU, est_ms (the time of earlier, already warm calls) replaces the warm-up call."""
+def measure(fn, live: tuple, sources: list[tuple], *, device: str, budget_ms: float | None = None,
+            graph: bool = False, l2=None, est_ms: float | None = None, keep=None, stream=None,
+            flush=None) -> dict:
+    """Time fn(*live). Returns stats with wall_ms (and, on a GPU, lag_ms and l2_persistence).
+    keep(call, set, moves, outputs): called for the calls drawn for checking (at least MIN_KEPT),
+    right after each returns. On CPU, est_ms (the time of earlier, already warm calls) replaces
+    the warm-up call. stream, flush: the timing stream and L2-flush buffer (captured by the caller
+    before any submitted code ran)."""
     if device == "cpu":
-        return _cpu(fn, live, sources, rng, 30.0 if budget_ms is None else budget_ms, est_ms)
-    return _gpu(fn, live, sources, rng, 100.0 if budget_ms is None else budget_ms, graph, l2)
+        return _cpu(fn, live, sources, 30.0 if budget_ms is None else budget_ms, est_ms, keep)
+    return _gpu(fn, live, sources, 100.0 if budget_ms is None else budget_ms, graph, l2, keep, stream, flush)
 
 
-def _cpu(fn, live, sources, rng, budget_ms, est, min_calls=3, max_calls=10):
+def _order(n: int, k: int) -> list[int]:
+    """Which input set each call uses: every set equally often, in an order drawn fresh."""
+    order = [i % k for i in range(n)]
+    for i in range(n - 1, 0, -1):
+        j = _rand_below(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def _cpu(fn, live, sources, budget_ms, est, keep, min_calls=3, max_calls=10):
     k = len(sources)
     if est is None:
-        _refresh(live, sources[0])
+        refresh(live, sources[0])
         t0 = _perf()
         fn(*live)  # warm-up, excluded
         est = (_perf() - t0) * 1e3
     n = min(max_calls, max(min_calls, k, math.ceil(budget_ms / max(est, 1e-3))))
-    order, checked = _plan(n, k, rng)
-    times, kept = [], {}
-    for i, j in enumerate(order):
-        _refresh(live, sources[j])
+    times, kept, i = [], 0, 0
+    for i, j in enumerate(_order(n, k)):
+        refresh(live, sources[j])
+        moves = perturb(live)
         t0 = _perf()
         out = fn(*live)
         times.append((_perf() - t0) * 1e3)
-        if i in checked:
-            kept[j] = (i, [_clone(t) if isinstance(t, _Tensor) else t for t in _outs(out)])
+        if keep is not None and _keep_now(n):
+            keep(i, j, moves, _outs(out))
+            kept += 1
+    while keep is not None and kept < MIN_KEPT:  # more calls, shaped like the timed ones, until enough are kept
+        i += 1
+        j = _rand_below(k)
+        refresh(live, sources[j])
+        moves = perturb(live)
+        keep(i, j, moves, _outs(fn(*live)))
+        kept += 1
     result = stats(times)
     result["wall_ms"] = result["median"]
-    return result, kept
+    return result
 
 
-def _capture(fn, live):
+def capture(fn, live):
     """A CUDA graph of one call; returns a callable replaying it and returning its outputs."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -110,23 +170,30 @@ def _capture(fn, live):
     return replay
 
 
-def _gpu(fn, live, sources, rng, budget_ms, graph, l2, min_calls=20, max_calls=2000, max_wall_s=5.0):
+def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush,
+         min_calls=20, max_calls=2000, max_wall_s=5.0):
     k = len(sources)
-    flush = _gpu_flush()
-    call = _capture(fn, live) if graph else (lambda: fn(*live))
+    if stream is None:
+        stream = torch.cuda.current_stream()
+    if flush is None:
+        from ablate.evaluate._gpu import flush_buffer
+
+        flush = flush_buffer()
+    call = capture(fn, live) if graph else (lambda: fn(*live))
     used_l2 = False
 
     def one(j, start, end):
         nonlocal used_l2
-        _refresh(live, sources[j])
+        refresh(live, sources[j])
+        moves = perturb(live)
         _zero(flush)
-        _record(start)
+        _record(start, stream)
         out = call()
-        _record(end)
+        _record(end, stream)
         if l2 is not None and l2.used():  # cheap queries; the reset (maybe a sync) only when needed
             used_l2 = True
             l2.reset()
-        return out
+        return out, moves
 
     if l2 is not None:
         l2.reset()
@@ -138,44 +205,48 @@ def _gpu(fn, live, sources, rng, budget_ms, graph, l2, min_calls=20, max_calls=2
         one(len(warm) % k, s, e)
         _sync()
         warm.append(_elapsed(s, e))
-    est = _median(warm)
+    est = sorted(warm)[len(warm) // 2]
     flush_ms = 256 / 3000  # ~256 MB at ~3 TB/s, for the wall-time cap only
     n = math.ceil(budget_ms / max(est, 1e-3))
     n = min(max_calls, max(min_calls, k, n), max(min_calls, k, int(max_wall_s * 1e3 / (est + flush_ms + 0.02))))
-    order, checked = _plan(n, k, rng)
     starts = [_Event(enable_timing=True) for _ in range(n)]
     ends = [_Event(enable_timing=True) for _ in range(n)]
-    kept = {}
-    for i, j in enumerate(order):
-        out = one(j, starts[i], ends[i])
-        if i in checked:  # copied after the end event: outside the measurement
-            kept[j] = (i, [_clone(t) if isinstance(t, _Tensor) else t for t in _outs(out)])
+    kept, i = 0, 0
+    for i, j in enumerate(_order(n, k)):
+        out, moves = one(j, starts[i], ends[i])
+        if keep is not None and _keep_now(n):
+            _esync(ends[i])  # the call is done; its outputs leave before the kernel runs again
+            keep(i, j, moves, _outs(out))
+            kept += 1
     _sync()
     result = stats([_elapsed(s, e) for s, e in zip(starts, ends)])
+    while keep is not None and kept < MIN_KEPT:
+        i += 1
+        s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+        j = _rand_below(k)
+        out, moves = one(j, s, e)
+        _esync(e)
+        keep(i, j, moves, _outs(out))
+        kept += 1
     # wall-clock cross-check: after the timed stream is done, how long until the whole device is?
     # Work left on another stream shows up as that lag, whatever the host overhead of the call.
     walls, lags = [], []
     for i in range(min(10, n)):
-        _refresh(live, sources[i % k])
+        refresh(live, sources[i % k])
+        perturb(live)
         _zero(flush)
         _sync()
         end = _Event()
         t0 = _perf()
         call()
-        _record(end)
+        _record(end, stream)
         _esync(end)
         t1 = _perf()
         _sync()
         t2 = _perf()
         walls.append((t2 - t0) * 1e3)
         lags.append((t2 - t1) * 1e3)
-    result["wall_ms"] = _median(walls)
-    result["lag_ms"] = _median(lags)
+    result["wall_ms"] = sorted(walls)[len(walls) // 2]
+    result["lag_ms"] = sorted(lags)[len(lags) // 2]
     result["l2_persistence"] = used_l2
-    return result, kept
-
-
-def _gpu_flush():
-    from ablate.evaluate._gpu import flush_buffer
-
-    return flush_buffer()
+    return result

@@ -1,55 +1,47 @@
-"""A warm starting point for CPU candidates: a sandboxed process that has imported torch, triton
+"""A warm starting point for CPU candidates: a confined process that has imported torch, triton
 (interpreter mode) and the driver, has never run submitted code nor touched CUDA, and forks one
-fresh child per evaluation. The child runs the driver exactly as a freshly started interpreter
+fresh child per evaluation. The child runs the candidate exactly as a freshly started interpreter
 would; it saves the seconds of imports that otherwise dominate a CPU evaluation.
 
-Protocol, JSON lines: the supervisor sends {"go", "env", "cwd", "log"}; the zygote answers
-{"kind": "forked", "pid"} and, when a child ends, {"kind": "exit", "pid", "returncode"}.
-It announces itself with {"kind": "hello", "pid"}. End of stdin ends it.
+Protocol on its socket (JSON; see _channel): the supervisor sends {"kind": "fork", "env", "cwd"}
+with two descriptors (the candidate's socket to the judge, its log); the zygote answers
+{"kind": "forked", "pid"} and, when a child ends, {"kind": "exit", "pid", "returncode"}. It
+announces itself with {"kind": "hello", "pid"}. The end of its socket ends it.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
 
+from ablate.evaluate import _channel
 
-def _child(req: dict, proto_fd: int, prepared) -> int:
-    """In the forked child: cut every line back to the zygote, then run the driver."""
+
+def _child(req: dict, fds: list[int], control: _channel.Channel, prepared, finder, serve) -> int:
+    """In the forked child: cut every line back to the zygote, then serve one evaluation."""
     os.setsid()
-    os.close(proto_fd)  # the child must not be able to speak for the zygote
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # nor read the zygote's requests
-    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    control.close()  # the child must not be able to speak for the zygote
+    sock, log = fds
     os.dup2(log, 1)
     os.dup2(log, 2)
+    os.close(log)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
     os.environ.clear()
     os.environ.update(req["env"])
     os.environ["TRITON_INTERPRET"] = "1"
     os.chdir(req["cwd"])
-    sys.path[0] = req["cwd"]  # as `python -m` run from the submission's directory
-    from ablate.evaluate import _driver
-
-    return _driver.run(req["go"], *prepared)
+    return serve(sock, prepared, finder)
 
 
-def main() -> int:
-    from ablate.evaluate import _driver
-    from ablate.evaluate._common import Lines, dumps
-
-    prepared = _driver.prepare("cpu")
-    proto = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def send(**msg):
-        os.write(proto, (dumps(msg) + "\n").encode())
-
-    send(kind="hello", pid=os.getpid())
-    lines = Lines(0)
+def serve(fd: int, prepared, finder, serve_one) -> int:
+    control = _channel.Channel.from_fd(fd)
+    control.send("hello", pid=os.getpid())
     while True:
-        line = lines.get(0.05)
+        try:
+            got = control.recv(0.05)
+        except _channel.Closed:
+            return 0
         while True:  # reap finished children
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -57,23 +49,23 @@ def main() -> int:
                 break
             if pid == 0:
                 break
-            send(kind="exit", pid=pid, returncode=os.waitstatus_to_exitcode(status))
-        if line is None:
-            return 0
-        if not line:
+            control.send("exit", pid=pid, returncode=os.waitstatus_to_exitcode(status))
+        if got is None:
             continue
-        req = json.loads(line)
+        req, fds = got
+        if req.get("kind") != "fork" or len(fds) != 2:
+            _channel.close_all(fds)
+            continue
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                code = _child(req, proto, prepared)
+                code = _child(req, fds, control, prepared, finder, serve_one)
             except BaseException:
                 traceback.print_exc()
             finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
                 os._exit(code)
-        send(kind="forked", pid=pid)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        _channel.close_all(fds)
+        control.send("forked", pid=pid)

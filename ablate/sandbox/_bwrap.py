@@ -1,11 +1,14 @@
-"""Confinement with bubblewrap: what the agent's commands can see, and as whom they run.
+"""Confinement with bubblewrap: what untrusted code can see, and as whom it runs. The one policy
+for both kinds of untrusted code: the agent's commands (ablate.sandbox.Workspace) and the kernel
+being judged (the evaluator's candidate process).
 
-Inside, the agent sees a fresh root holding the system directories (read-only), the Python
-environment (read-only), its workspace at ``/workspace`` (read-write), an empty ``/tmp``, and,
-when GPUs are exposed, the NVIDIA device nodes. It has no network, no view of other processes,
-and no view of the project checkout: an editable install's ``.pth`` names the checkout, but the
-checkout itself is never mounted, and if the project's packages lie inside a mounted directory
-(a non-editable install in site-packages) they are covered by an empty tmpfs.
+Inside, it sees a fresh root holding the system directories (read-only), the Python environment
+(read-only), the directories it is given (the agent's workspace at ``/workspace``; a candidate's
+evaluation directory at ``/eval``), an empty ``/tmp``, and, when GPUs are exposed, the NVIDIA
+device nodes. It has no network, no view of other processes, no capabilities, and no view of the
+project checkout: an editable install's ``.pth`` names the checkout, but the checkout itself is
+never mounted, and if the project's packages lie inside a mounted directory (a non-editable
+install in site-packages) they are covered by an empty tmpfs.
 
 Two ways to run, picked once per binary by a self-test:
 - ``root``: the runner is root. bwrap mounts as root without a user namespace, and a small
@@ -111,8 +114,21 @@ def _inside(p: Path, roots) -> bool:
     return any(p == r or r in p.parents for r in roots)
 
 
-def argv(binary: str, workspace: Path, mode: str, gpu: bool, hide: list[Path], tmp_bytes: int) -> list[str]:
-    """The bwrap command line, up to and including ``--``."""
+def toolchain_paths() -> list[Path]:
+    """Compiler toolchains outside the system directories (CUDA_HOME, the directories of
+    LD_LIBRARY_PATH): load_inline and CuPy need nvcc, headers and libraries where they live."""
+    cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    cands += (os.environ.get("LD_LIBRARY_PATH") or "").split(":")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    return sorted({Path(os.path.realpath(p)) for p in cands if p and os.path.isdir(p)})
+
+
+def argv(binary: str, binds: list[tuple[Path, str, bool]], mode: str, gpu: bool, hide: list[Path],
+         tmp_bytes: int, chdir: str | None = None) -> list[str]:
+    """The bwrap command line, up to and including ``--``. binds: (host path, path inside,
+    writable), mounted after everything else."""
     opts = version(binary)[1]
     a = [binary, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if mode == "root":
@@ -121,17 +137,18 @@ def argv(binary: str, workspace: Path, mode: str, gpu: bool, hide: list[Path], t
               "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         a += ["--unshare-all"]
-    binds = [Path("/usr"), Path("/etc")]
+    system = [Path("/usr"), Path("/etc")]
     a += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
         if os.path.islink(top):
             a += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             a += ["--ro-bind", top, top]
-            binds.append(Path(top))
+            system.append(Path(top))
     made: set[Path] = set()
-    for p in python_paths():
-        if _inside(p, binds):
+    project = project_paths()
+    for p in python_paths() + [t for t in toolchain_paths() if not _inside(t, project)]:
+        if _inside(p, system):
             continue
         # Parents bwrap creates would be mode 0700; the sandbox uid must be able to pass them.
         for parent in reversed(p.parents):
@@ -139,7 +156,7 @@ def argv(binary: str, workspace: Path, mode: str, gpu: bool, hide: list[Path], t
                 a += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
         a += ["--ro-bind", str(p), str(p)]
-        binds.append(p)
+        system.append(p)
     a += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
     if gpu:
         for dev in gpu_devices():
@@ -147,10 +164,14 @@ def argv(binary: str, workspace: Path, mode: str, gpu: bool, hide: list[Path], t
     a += ["--perms", "1777"] if "--perms" in opts else []  # /tmp writable by the sandbox uid
     a += (["--size", str(tmp_bytes)] if "--size" in opts else []) + ["--tmpfs", "/tmp"]
     for h in hide:  # project files that a bound directory would otherwise show
-        if _inside(h, binds):
+        if _inside(h, system):
             a += ["--tmpfs", str(h)] if h.is_dir() else ["--ro-bind", "/dev/null", str(h)]
-    a += ["--bind", str(workspace), INNER, "--chdir", INNER, "--"]
-    return a
+    for host, inner, writable in binds:
+        a += ["--bind" if writable else "--ro-bind", str(host), inner]
+    a += ["--remount-ro", "/"]  # the new root itself: nothing to write there but the binds and /tmp
+    if chdir:
+        a += ["--chdir", chdir]
+    return a + ["--"]
 
 
 def launcher(cpu_s: int, nproc: int, fsize: int, uid: int, command: list[str]) -> list[str]:
@@ -159,7 +180,8 @@ def launcher(cpu_s: int, nproc: int, fsize: int, uid: int, command: list[str]) -
 
 def self_test(binary: str, workspace: Path, mode: str, uid: int) -> str:
     """'' when bwrap can run the launcher in this mode; else the last line of its error."""
-    cmd = argv(binary, workspace, mode, False, [], 1 << 20) + launcher(60, 0, 1 << 20, uid, ["/bin/sh", "-c", ": > /tmp/.selftest"])
+    cmd = argv(binary, [(workspace, INNER, True)], mode, False, [], 1 << 20, INNER) + \
+        launcher(60, 0, 1 << 20, uid, ["/bin/sh", "-c", ": > /tmp/.selftest"])
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -168,3 +190,41 @@ def self_test(binary: str, workspace: Path, mode: str, uid: int) -> str:
         return ""
     lines = (r.stderr or r.stdout).strip().splitlines()
     return lines[-1] if lines else f"exit code {r.returncode}"
+
+
+_modes: dict[str, str] = {}  # bwrap binary -> the mode that passed its self-test
+
+
+def pick_mode(binary: str, probe: Path, uid: int) -> tuple[str, str]:
+    """(mode, error): the first mode that passes the self-test here ("root" when the runner is
+    root, then "userns"), once per binary; ("", all errors) when none does. probe: a directory
+    to bind for the test, owned by `uid` when root."""
+    if binary in _modes:
+        return _modes[binary], ""
+    errors = []
+    for mode in (["root"] if os.geteuid() == 0 else []) + ["userns"]:
+        err = self_test(binary, probe, mode, uid if mode == "root" else -1)
+        if not err:
+            _modes[binary] = mode
+            return mode, ""
+        errors.append(f"{mode}: {err}")
+    return "", "; ".join(errors)
+
+
+def sandbox_uid(key: str) -> int:
+    """A uid of its own for a confined tree (when the runner is root): trials and evaluations
+    running side by side do not share a process limit, and none of them is root."""
+    import zlib
+
+    return 200_000 + zlib.crc32(key.encode()) % 100_000
+
+
+def chown_tree(path: Path, uid: int) -> None:
+    """Hand a directory tree to the sandbox uid (root mode), without following links."""
+    if uid < 0:
+        return
+    os.chown(path, uid, uid, follow_symlinks=False)
+    if path.is_dir() and not path.is_symlink():
+        for dirpath, dirs, files in os.walk(path):
+            for n in dirs + files:
+                os.chown(os.path.join(dirpath, n), uid, uid, follow_symlinks=False)

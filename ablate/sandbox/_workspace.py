@@ -6,7 +6,6 @@ import os
 import shutil
 import stat
 import sys
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from ablate.sandbox._exec import ExecResult, run_bounded
 
 CONFINEMENTS = ("bwrap", "none")
 _warned_unconfined = False
-_modes: dict[str, str] = {}  # bwrap binary -> the mode that passed its self-test
+_warned_userns = False
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ class Workspace:
         self.inner = _bwrap.INNER
         # A uid of its own per workspace: trials running side by side do not share a process
         # limit, and none of them is root.
-        self.uid = 200_000 + zlib.crc32(str(self.path).encode()) % 100_000 if os.geteuid() == 0 else -1
+        self.uid = _bwrap.sandbox_uid(str(self.path)) if os.geteuid() == 0 else -1
         self.mode = self._pick_mode()
         if self.mode != "root":
             self.uid = -1
@@ -88,29 +87,19 @@ class Workspace:
         return cls(path, limits, env)
 
     def _pick_mode(self) -> str:
-        if self.bwrap in _modes:
-            return _modes[self.bwrap]
-        errors = []
-        for mode in (["root"] if os.geteuid() == 0 else []) + ["userns"]:
-            err = _bwrap.self_test(self.bwrap, self.path, mode, self.uid if mode == "root" else -1)
-            if not err:
-                _modes[self.bwrap] = mode
-                if mode == "userns" and os.geteuid() == 0:
-                    print("ablate: warning: sandbox runs agent code as root in a user namespace; "
-                          "the process limit does not hold for root", file=sys.stderr)
-                return mode
-            errors.append(f"{mode}: {err}")
-        raise AblateError(f"sandbox: bwrap at {self.bwrap} fails its self-test ({'; '.join(errors)}); {_bwrap.FIX}")
+        mode, err = _bwrap.pick_mode(self.bwrap, self.path, self.uid)
+        if not mode:
+            raise AblateError(f"sandbox: bwrap at {self.bwrap} fails its self-test ({err}); {_bwrap.FIX}")
+        if mode == "userns" and os.geteuid() == 0 and not _warned_userns:
+            _warn_userns()
+        return mode
 
     def _own(self, p: Path, recursive: bool = False) -> None:
         """Hand a path to the sandbox uid, so the agent's commands can change what tools wrote."""
-        if self.uid < 0:
-            return
-        os.chown(p, self.uid, self.uid, follow_symlinks=False)
-        if recursive and p.is_dir() and not p.is_symlink():
-            for dirpath, dirs, files in os.walk(p):
-                for n in dirs + files:
-                    os.chown(os.path.join(dirpath, n), self.uid, self.uid, follow_symlinks=False)
+        if recursive:
+            _bwrap.chown_tree(p, self.uid)
+        elif self.uid >= 0:
+            os.chown(p, self.uid, self.uid, follow_symlinks=False)
 
     def resolve(self, rel: str) -> Path:
         """A path inside the workspace; refuses anything that escapes it, symlinks included.
@@ -218,7 +207,8 @@ class Workspace:
         shell = [shutil.which("bash") or "/bin/bash", "-c", command]
         gpu = self.gpu_visible
         if self.confinement == "bwrap":
-            argv = _bwrap.argv(self.bwrap, self.path, self.mode, gpu, self._hidden(), lim.tmp_bytes)
+            argv = _bwrap.argv(self.bwrap, [(self.path, _bwrap.INNER, True)], self.mode, gpu, self._hidden(),
+                               lim.tmp_bytes, chdir=_bwrap.INNER)
             argv += _bwrap.launcher(lim.cpu_s, lim.max_processes, lim.max_file_bytes, self.uid, shell)
         else:  # unconfined: the same limits, except the process limit, which would count all the user's
             argv = _bwrap.launcher(lim.cpu_s, 0, lim.max_file_bytes, -1, shell)
@@ -244,6 +234,13 @@ class Workspace:
             "hidden": [str(p) for p in self._hidden()] if self.confinement == "bwrap" else [],
             "limits": dataclasses.asdict(self.limits),
         }
+
+
+def _warn_userns() -> None:
+    global _warned_userns
+    _warned_userns = True
+    print("ablate: warning: sandbox runs agent code as root in a user namespace; "
+          "the process limit does not hold for root", file=sys.stderr)
 
 
 def _warn_unconfined() -> None:

@@ -92,6 +92,11 @@ OPERATOR = Operator(
         "F.log_softmax", "torch.log_softmax", "torch.logsumexp", "Tensor.logsumexp", "Tensor.log_softmax",
         "torch.special.logsumexp", "liger_kernel", "quack",
     ),
+    library_ops=(
+        "aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::log_softmax", "aten::_log_softmax",
+        "aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd", "aten::nll_loss_forward",
+        "aten::logsumexp",
+    ),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="LM-head losses over real vocabularies: Llama-3 128256, Qwen 151936, Llama-2 32000, Gemma 256000, for 3000-16384 tokens.",
 )

@@ -109,6 +109,10 @@ OPERATOR = Operator(
         "torch.addmm", "torch.einsum", "torch.nn.functional.linear", "F.linear", "Tensor.matmul",
         "Tensor.mm", "@", "megablocks", "liger_kernel", "quack",
     ),
+    library_ops=(
+        "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::einsum",
+        "aten::_scaled_mm", "aten::mv", "aten::dot", "aten::_grouped_mm",
+    ),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="MoE experts of Mixtral-8x7B (8 x 14336x4096), Qwen3-30B-A3B (128 x 768x2048), DeepSeek-V2-Lite (64 x 1408x2048) and a 32-expert 7168-hidden layer, top-2 to top-8 routing; group sizes are uneven.",
     check=scaled_allclose(TOLERANCE),

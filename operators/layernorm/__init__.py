@@ -70,6 +70,7 @@ OPERATOR = Operator(
         "torch.nn.functional.layer_norm", "torch.layer_norm", "F.layer_norm", "torch.nn.LayerNorm",
         "torch.native_layer_norm", "liger_kernel", "quack", "apex",
     ),
+    library_ops=("aten::layer_norm", "aten::native_layer_norm",),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Hidden sizes of GPT-style and Llama-family models (4096, 8192, 5120, 7168) times token batches; 4000 rows is not a power of two.",
 )

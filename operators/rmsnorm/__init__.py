@@ -73,6 +73,7 @@ OPERATOR = Operator(
         "quack": Baseline("quack", _quack, quack_unavailable, needs_cuda=True),
     },
     library_calls=("torch.nn.functional.rms_norm", "torch.rms_norm", "F.rms_norm", "liger_kernel", "quack"),
+    library_ops=("aten::rms_norm", "aten::_fused_rms_norm",),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Llama-3 8B/70B, Mistral and DeepSeek-V3 hidden sizes (4096, 8192, 5120, 7168) times token batches.",
 )

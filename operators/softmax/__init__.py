@@ -78,6 +78,9 @@ OPERATOR = Operator(
         "torch.nn.Softmax", "torch._softmax", "torch.special.softmax", "torch.nn.functional.log_softmax",
         "liger_kernel", "quack",
     ),
+    library_ops=(
+        "aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::log_softmax", "aten::_log_softmax",
+    ),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Attention-score and vocabulary rows: 4096/3072 columns, 32768 (long context), 128256 (Llama-3 vocabulary); 12000 rows is not a power of two.",
 )

@@ -68,6 +68,7 @@ OPERATOR = Operator(
         "torch.nn.functional.silu", "F.silu", "torch.nn.SiLU", "torch.sigmoid", "Tensor.sigmoid",
         "torch.nn.functional.sigmoid", "torch.special.expit", "liger_kernel", "quack",
     ),
+    library_ops=("aten::silu", "aten::silu_", "aten::glu",),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="MLP intermediate sizes of Llama-3 8B (14336) and 70B (28672), DeepSeek-V3 dense layers (18432) and Llama-2 7B (11008); 3000 rows is not a power of two.",
 )

@@ -70,6 +70,7 @@ OPERATOR = Operator(
         "torch.topk", "Tensor.topk", "torch.sort", "torch.argsort", "Tensor.argsort", "torch.kthvalue",
         "torch.msort", "flashinfer", "vllm", "quack",
     ),
+    library_ops=("aten::topk", "aten::sort", "aten::argsort", "aten::kthvalue", "aten::msort",),
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Sampling top-k over Llama-3 (128256) and Qwen (151936) vocabularies, and MoE routing over 256 (DeepSeek-V3, top-8), 128 (Qwen3, top-8) and 160 (DeepSeek-V2, top-6) experts; 100 and 3000 rows are not powers of two.",
     check=topk_check,

@@ -1,6 +1,7 @@
 """Static checks: parsing, finding `kernel`, and library passthrough through aliases."""
 import pytest
 
+from ablate.evaluate import _static
 from ablate.evaluate._static import defines_kernel, parse, passthrough
 
 RMS = ("torch.nn.functional.rms_norm", "torch.rms_norm", "F.rms_norm", "liger_kernel")
@@ -65,3 +66,41 @@ def test_method_and_matmul_patterns():
     assert scan("import triton.language as tl\ndef f(x): return tl.softmax(x)", calls) == []
     assert scan("def kernel(a, b): return a @ b", calls) == ["@"]
     assert scan("import torch\ndef kernel(a, b): return torch.matmul(a, b)", calls) == ["torch.matmul"]
+
+
+def flagged(src: str) -> list[str]:
+    tree, err = _static.parse(src)
+    assert tree is not None, err
+    return _static.forbidden(tree)
+
+
+@pytest.mark.parametrize("src,what", [
+    ("import sys\ndef kernel(x): return sys._getframe(1)", "sys._getframe"),
+    ("from sys import _getframe as g\ndef kernel(x): return g()", "sys._getframe"),
+    ("import inspect\ndef kernel(x): return inspect.stack()", "inspect.stack"),
+    ("import gc\ndef kernel(x): return gc.get_objects()", "gc.get_objects"),
+    ("import ctypes\ndef kernel(x): return x", "ctypes"),
+    ("import importlib\nc = importlib.import_module('ctypes')\ndef kernel(x): return x", "ctypes"),
+    ("import os\ndef kernel(x):\n    os.fork()\n    return x", "os.fork"),
+    ("import subprocess\ndef kernel(x): return x", "subprocess"),
+    ("import _posixsubprocess\ndef kernel(x): return x", "_posixsubprocess"),
+    ("def kernel(x):\n    kernel.__code__ = None\n    return x", "__code__"),
+    ("def kernel(x):\n    return open('/proc/self/mem').read()", "the path '/proc/self/mem'"),
+    ("def kernel(x):\n    return eval('x')", "eval()"),
+    ("import torch\ndef kernel(x): return torch.ops.aten.rms_norm(x, [4])", "torch.ops"),
+    ("import torch\ndef kernel(x): return torch._fused_rms_norm(x, [4])", "private torch API torch._fused_rms_norm"),
+    ("import torch.nn.functional as F\ndef kernel(x): return getattr(F, 'rms' + '_norm')(x)",
+     "getattr() on the module torch.nn.functional"),
+    ("import sys\ndef kernel(x): return sys.modules['operators']", "sys.modules"),
+    ("import builtins\nbuiltins.len = None\ndef kernel(x): return x", "builtins"),
+])
+def test_forbidden_constructs_are_flagged_with_their_line(src, what):
+    found = flagged(src)
+    assert any(f.startswith(what) for f in found), found
+
+
+def test_honest_kernels_use_nothing_forbidden(kernels):
+    for name in ("honest_triton", "honest_torch", "honest_cupy", "cache_marker"):
+        assert flagged((kernels / f"{name}.py").read_text()) == [], name
+    assert flagged("import re\nPAT = re.compile('x')\ndef kernel(x): return x") == []  # re.compile is not compile()
+    assert flagged("import torch\ndef kernel(x): return getattr(x, 'shape')") == []  # attributes of values

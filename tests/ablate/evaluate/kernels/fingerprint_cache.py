@@ -1,5 +1,7 @@
-"""Aggregate underflow: memoises answers by a cheap fingerprint of the input (8 raw values), so a
-timed call returns a right answer in far less time than reading the input could take."""
+"""Output caching keyed on a fingerprint: memoises answers by 8 raw input values, so a timed call
+whose input was merely refilled from an earlier set returns a right answer in far less time than
+reading the input takes. Every timed call's input differs in one element from any earlier one, so
+the memo returns an answer that is wrong for the call; the calls kept for checking show it."""
 import torch
 
 _memo = {}
@@ -10,4 +12,4 @@ def kernel(x, weight):
     if key not in _memo:
         xf = x.float()
         _memo[key] = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).to(x.dtype)
-    return _memo[key]
+    return _memo[key].clone()

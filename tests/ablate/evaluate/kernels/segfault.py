@@ -1,6 +1,6 @@
 """Crashes the interpreter with a segmentation fault."""
-import ctypes
+import faulthandler
 
 
 def kernel(x, weight):
-    ctypes.string_at(0)
+    faulthandler._sigsegv()

@@ -1,0 +1,596 @@
+"""The judge process: validates the request, measures ceilings and baseline times, draws every
+input set and computes its reference, sends the candidate its inputs one set at a time, and judges
+what comes back. It never imports or runs the submission.
+
+It serves one evaluation after another (the supervisor keeps it warm, so torch is imported once).
+On its socket to the supervisor (see _channel): a request with the submission's source as a
+sealed memfd; the judge answers "ready" (or "error"); the supervisor hands over the candidate's
+socket ("candidate"); the judge talks to the candidate directly; the supervisor reports how the
+candidate process ended ("end"); the judge answers "result". Progress lines go to the supervisor
+as they happen.
+
+The candidate's every word is checked: a message the protocol does not allow, outputs that do
+not match the contract's shapes and dtypes, a file that is not a sealed memfd, a timing report
+that does not parse, are all driver_tampered. Memory: each shape's input sets are drawn, sent,
+checked and freed one after another; problems too large for the device's memory get fewer sets
+(and are refused with one line when even that does not fit).
+"""
+from __future__ import annotations
+
+import gc
+import math
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ablate.evaluate import _baselines, _channel, _correctness, _verdicts
+from ablate.evaluate._reasons import REASONS
+
+PER_SHAPE = ("bad_signature", "exception", "output_not_dense", "wrong_shape", "wrong_dtype", "wrong_device",
+             "incorrect", "input_mutated", "output_aliases_input", "thread_injection", "library_passthrough")
+LARGE_BYTES = 2 << 30  # a shape moving more than this gets one draw per distribution
+IN_FLIGHT = 2  # input sets sent ahead of the outputs checked
+
+
+def input_sets(draws: int) -> list[tuple[str, int]]:
+    """(distribution, draw) pairs checked for every shape."""
+    from operators import DISTRIBUTIONS
+
+    return [(dist, d) for dist in DISTRIBUTIONS for d in range(draws)]
+
+
+def set_seed(master: int, shape_key: str, dist: str, draw: int) -> int:
+    """Seed of one input set, derived from the evaluation's master seed (fresh per evaluation)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{master}:{shape_key}:{dist}:{draw}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def finite(x):
+    """JSON-safe number: NaN and infinities become None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+class TooLarge(Exception):
+    pass
+
+
+_nodes_loaded: set[str] = set()
+
+
+def load_operator(name: str, node: dict | None):
+    """operators.get(name), after loading `node` (a conf/operators node: an external problem
+    format, or external baselines) the way the caller's process loaded it."""
+    import json
+
+    import operators
+
+    if node:
+        key = json.dumps(node, sort_keys=True, default=str)
+        if key not in _nodes_loaded:
+            operators.load_set(node)
+            _nodes_loaded.add(key)
+    return operators.get(name)
+
+
+class Evaluation:
+    def __init__(self, cfg: dict, control: _channel.Channel, source: str):
+        self.cfg, self.control, self.source = cfg, control, source
+        self.end: dict | None = None
+        self.cand: _channel.Channel | None = None
+        self.cand_closed = False
+        self.forged: list[str] = []
+        self.candidate_start_s = 0.0
+
+    def note(self, message: str) -> None:
+        """A progress line for whoever started the evaluation (the supervisor passes it on)."""
+        self.control.send("progress", message=message)
+
+    # -- setup -------------------------------------------------------------------------------
+    def setup(self) -> None:
+        import torch
+
+        from ablate.evaluate import _gpu, _static
+
+        cfg = self.cfg
+        self.torch = torch
+        self.op = load_operator(cfg["operator"], cfg.get("operator_node"))
+        self.shapes = self.op.shape_set(cfg["shape_set"])
+        self.device = _gpu.resolve_device(cfg["device"])
+        self.info = _gpu.device_info(self.device)
+        tree, _ = _static.parse(self.source)
+        self.passthrough = _static.passthrough(tree, self.op.library_calls) if tree else []
+        self.forbidden = _static.forbidden(tree) if tree is not None and cfg.get("scan", True) else []
+        if not cfg["timing"]:
+            self.mode = "none"
+        elif self.device == "cpu":
+            self.mode = "cpu-interpreted"
+        else:
+            self.mode = "cuda-graph" if cfg["cuda_graph"] else "cuda-events"
+        self.ceilings = None
+        if self.device == "cuda" and cfg["timing"]:
+            self.ceilings = _baselines.ceilings(self.info, self.note, _gpu.measure_ceilings)
+        self.libs = _gpu.library_versions()
+        self.op_hash = _baselines.operator_hash(self.op, cfg.get("operator_node"))
+        self.plans = [self.plan(s) for s in self.shapes]
+
+    def plan(self, shape: dict) -> dict:
+        """How many input sets a shape gets, from the memory it needs: the candidate holds the
+        timing sources, a live copy, one set in flight and its outputs; the judge one set, its
+        float64 copy and the reference."""
+        moved = int(self.op.bytes(shape))
+        total = self.info.get("memory_bytes") if self.device == "cuda" else None
+        draws, n_src = (1 if moved > LARGE_BYTES else int(self.cfg["draws"])), None
+        if total:
+            need = lambda k: (k + 3) * moved + 5 * moved  # noqa: E731  (candidate + judge, upcast included)
+            n_src = next((k for k in (4, 3, 2) if need(k) < 0.85 * total), None)
+            if n_src is None:
+                raise TooLarge(f"{self.op.name} {_shape_id(shape)} moves {moved / 2**30:.1f} GiB a call; judging it "
+                               f"needs about {need(2) / 2**30:.0f} GiB of the device's {total / 2**30:.0f} GiB")
+        sets = input_sets(draws)
+        sources = [i for i, (_, d) in enumerate(sets) if d == 0][: n_src or None]
+        return {"sets": sets, "sources": sources, "draws": draws}
+
+    def sources(self, shape: dict) -> list[int]:
+        return self.plans[self.shapes.index(shape)]["sources"]
+
+    def input_set(self, shape: dict, k: int, keep_inputs: bool = True):
+        """(inputs, references, expected outputs) of input set k of a shape."""
+        dist, d = self.plans[self.shapes.index(shape)]["sets"][k]
+        ins = self.op.make_inputs(shape, set_seed(self.cfg["seed"], _shape_id(shape), dist, d), self.device, dist)
+        return ins, _correctness.references(self.op, ins), _correctness.expected(self.op, ins)
+
+    # -- the candidate's messages ------------------------------------------------------------
+    def next_message(self, limit: float | None = None):
+        """The candidate's next message (msg, fds); None once it is gone (its socket closed, or
+        the supervisor reported its end and nothing more is queued), or after `limit` seconds."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            socks = ([] if self.cand_closed else [self.cand.sock]) + ([self.control.sock] if self.end is None else [])
+            if not socks or (self.cand_closed and limit is not None and time.monotonic() >= deadline):
+                return None
+            wait = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = select.select(socks, [], [], 0.0 if self.end is not None else wait)[0]
+            if self.control.sock in ready:
+                try:
+                    got = self.control.recv(0)
+                except (_channel.Closed, _channel.Malformed):
+                    got = ({"kind": "end", "returncode": None}, [])
+                if got and got[0].get("kind") == "end":
+                    self.end = got[0]
+                continue
+            if not self.cand_closed and self.cand.sock in ready:
+                try:
+                    got = self.cand.recv(0)
+                except _channel.Closed:
+                    self.cand_closed = True
+                    continue
+                except _channel.Malformed as e:
+                    self.forged.append(str(e))
+                    continue
+                if got is not None:
+                    return got
+            elif self.end is not None:
+                return None
+            if self.cand_closed and self.end is None and deadline is None:
+                return None  # the caller decides whether to wait for the end
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    def expect(self, kinds: tuple[str, ...], shape: int | None = None):
+        """The next message of one of `kinds` (for `shape`); anything else is forged."""
+        while (got := self.next_message()) is not None:
+            msg, fds = got
+            if msg.get("kind") in kinds and (shape is None or msg.get("shape") == shape):
+                return msg, fds
+            _channel.close_all(fds)
+            self.forged.append(f"unexpected {str(msg.get('kind'))[:40]!r} message")
+        return None
+
+    def read_outputs(self, msg: dict, fds: list[int], exp) -> list | dict:
+        """The outputs a message carries, on the judge's device; or {reason: message} when their
+        entries already break the contract (count, shape, dtype), read no further."""
+        try:
+            entries = msg.get("entries")
+            if len(fds) != 1 or not isinstance(entries, list):
+                raise _channel.Malformed(f"{len(fds)} descriptors and entries {str(entries)[:80]} with an output")
+            if len(entries) != len(exp):
+                return {"wrong_shape": f"{len(entries)} outputs, expected {len(exp)}"}
+            for e, (shape, dtype) in zip(entries, exp):
+                if shape is None or not isinstance(e, dict) or "value" in e:
+                    continue
+                if e.get("shape") != shape:
+                    return {"wrong_shape": f"output shape {e.get('shape')}, expected {shape}"}
+                if e.get("dtype") != dtype:
+                    return {"wrong_dtype": f"output dtype {e.get('dtype')}, expected {dtype}"}
+            return _channel.read_tensors(fds[0], entries, self.device,
+                                         _correctness.output_bytes(exp) + 64 * (len(exp) + 1), expected=exp)
+        finally:
+            _channel.close_all(fds)
+
+    # -- one shape ---------------------------------------------------------------------------
+    def judge_shape(self, i: int, shape: dict, base: dict | None) -> tuple[dict | None, dict, set]:
+        """The row of shape i, its failures and the checks that ran. (None, ...) when the
+        candidate is gone before this shape."""
+        from ablate.evaluate._tensors import to_sealed
+
+        torch, plan = self.torch, self.plans[i]
+        row, fails, ran = self.row(shape, base), {}, set()
+        seconds = {"references": 0.0, "checking": 0.0, "waiting": 0.0, "sending": 0.0}
+        outstanding: dict[int, tuple] = {}  # set -> (references, expected, inputs for op.check)
+        worst, checked, stop = 0.0, 0, None
+        sets = plan["sets"]
+
+        def receive_one() -> bool:
+            nonlocal worst, checked, stop
+            t0 = time.perf_counter()
+            got = self.expect(("output",), i)
+            seconds["waiting"] += time.perf_counter() - t0
+            if got is None:
+                stop = "gone"
+                return False
+            msg, fds = got
+            k = msg.get("set")
+            if k not in outstanding:
+                _channel.close_all(fds)
+                self.forged.append(f"an output for set {k!r} that was not sent")
+                return True
+            refs, exp, ins = outstanding.pop(k)
+            dist, d = sets[k]
+            if stop:  # a set sent ahead of the one that failed: its answer no longer counts
+                _channel.close_all(fds)
+                return True
+            for reason, text in (msg.get("failures") or {}).items():
+                if reason in REASONS:
+                    fails.setdefault(reason, f"{dist} draw {d}: {text}")
+            if msg.get("reason"):
+                reason = str(msg["reason"])
+                _channel.close_all(fds)
+                fails.setdefault(reason if reason in REASONS else "driver_tampered", f"{dist} draw {d}: {msg.get('message')}")
+                stop = "fatal" if msg.get("fatal") else "failed"
+                return True
+            if not fds and ("output_not_dense" in fails or "wrong_device" in fails):
+                stop = "failed"
+                return True
+            t0 = time.perf_counter()
+            try:
+                outs = self.read_outputs(msg, fds, exp)
+            except _channel.Malformed as e:
+                fails.setdefault("driver_tampered", f"{dist} draw {d}: unreadable outputs: {e}")
+                stop = "failed"
+                return True
+            f, err = (outs, None) if isinstance(outs, dict) else _correctness.check(self.op, outs, refs, ins, exp)
+            seconds["checking"] += time.perf_counter() - t0
+            for reason, text in f.items():
+                fails.setdefault(reason, f"{dist} draw {d}: {text}")
+            if err is not None:
+                worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
+            checked += 1
+            return True
+
+        for k in range(len(sets)):
+            if stop:
+                break
+            t0 = time.perf_counter()
+            ins, refs, exp = self.input_set(shape, k)
+            t1 = time.perf_counter()
+            fd, entries = to_sealed(f"in-{i}-{k}", list(ins))
+            try:
+                self.cand.send("inputs", fds=[fd], shape=i, set=k, entries=entries, source=k in plan["sources"])
+            except _channel.Closed:
+                stop = "gone"
+                break
+            finally:
+                _channel.close_all([fd])
+            seconds["references"] += t1 - t0
+            seconds["sending"] += time.perf_counter() - t1
+            outstanding[k] = (refs, exp, ins if self.op.check is not None else None)
+            del ins
+            while len(outstanding) >= IN_FLIGHT and not stop:
+                receive_one()
+        while outstanding and stop not in ("gone",):
+            if not receive_one():
+                break
+        outstanding.clear()
+        if stop == "gone":
+            return None, fails, ran
+        complete = checked == len(sets)
+        if complete:
+            ran |= set(PER_SHAPE)
+        row["correct"] = complete and not fails.keys() & {"incorrect", "wrong_shape", "wrong_dtype", "exception",
+                                                         "crash", "oom", "output_not_dense", "driver_tampered"}
+        row["max_abs_error"] = finite(worst) if checked else None
+        if stop == "fatal":
+            row["fatal"] = True
+        elif self.cfg["timing"] and complete and not fails.keys() & {"output_not_dense", "wrong_device",
+                                                                      "thread_injection", "bad_signature"}:
+            self.time_shape(i, shape, row, fails, ran, seconds)
+        row["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
+        row["error"] = "; ".join(f"{k}: {v}" for k, v in fails.items()) or None
+        return row, fails, ran
+
+    def time_shape(self, i: int, shape: dict, row: dict, fails: dict, ran: set, seconds: dict) -> None:
+        """Let the candidate time shape i (the judge keeps off the device meanwhile), then check
+        every call it kept against the reference of that call's exact input."""
+        from ablate.evaluate._timing import apply_perturbation
+
+        torch, plan = self.torch, self.plans[i]
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        kept, timing = [], None
+        try:
+            self.cand.send("time", shape=i, sources=plan["sources"])
+        except _channel.Closed:
+            return
+        t0 = time.perf_counter()
+        while True:
+            got = self.expect(("kept", "timing"), i)
+            if got is None:
+                break
+            msg, fds = got
+            if msg["kind"] == "kept":
+                kept.append((msg, fds))
+                continue
+            timing = msg
+            break
+        seconds["timing"] = time.perf_counter() - t0
+        for reason, text in ((timing or {}).get("failures") or {}).items():
+            if reason in REASONS:
+                fails.setdefault(reason, f"during timing: {text}")
+        if timing is None or timing.get("reason"):
+            for _, fds in kept:
+                _channel.close_all(fds)
+            if timing is not None:
+                reason = str(timing["reason"])
+                fails.setdefault(reason if reason in REASONS else "driver_tampered", str(timing.get("message")))
+                row["fatal"] = bool(timing.get("fatal"))
+            return
+        ran.add("stale_output")
+        t0 = time.perf_counter()
+        if len(kept) < 2:
+            fails.setdefault("stale_output", f"{len(kept)} timed call(s) kept for checking; the loop keeps at least 2")
+        for msg, fds in kept:
+            if msg.get("entries") is None and not fds:
+                fails.setdefault("stale_output", f"timed call {msg.get('call')} returned something other than tensors")
+                continue
+            try:
+                j, moves = int(msg["set"]), [tuple(int(x) for x in m) for m in msg.get("moves") or []]
+                if j not in plan["sources"]:
+                    raise ValueError(f"set {j} is not a timing source")
+                ins, _, exp = self.input_set(shape, j)
+                ins = apply_perturbation(ins, moves)
+                refs = _correctness.references(self.op, ins)
+                outs = self.read_outputs(msg, fds, exp)
+            except (_channel.Malformed, ValueError, TypeError, KeyError) as e:
+                _channel.close_all(fds)
+                fails.setdefault("driver_tampered", f"unreadable timed output: {e}")
+                continue
+            f = outs if isinstance(outs, dict) else _correctness.check(self.op, outs, refs, ins, exp)[0]
+            if f:
+                fails.setdefault("stale_output", f"timed call {msg.get('call')}: {next(iter(f.values()))}")
+        seconds["checking_timed"] = time.perf_counter() - t0
+        _verdicts.judge_time(row, shape, timing.get("result"), fails, ran, op=self.op, device=self.device,
+                             ceilings=self.ceilings, l2_bytes=self.info.get("l2_bytes"))
+        if timing.get("l2_checked"):
+            ran.add("l2_persistence")
+        if self.mode == "cuda-graph":
+            ran.add("graph_capture_failed")
+
+    def row(self, shape: dict, base: dict | None) -> dict:
+        base = base or {"ms": {}, "skipped": {}}
+        return {"shape": shape, "shape_id": _shape_id(shape), "correct": False, "max_abs_error": None, "error": None,
+                "time_ms": None, "wall_ms": None, "baselines_ms": dict(base["ms"]),
+                "baselines_skipped": dict(base["skipped"]),
+                "best_baseline": None, "speedup_vs_best": None, "sol_fraction": None}
+
+    # -- the whole evaluation ----------------------------------------------------------------
+    def run(self) -> dict:
+        cfg = self.cfg
+        bases = [_baselines.for_shape(self, s) if cfg["timing"] else None for s in self.shapes]
+        self.control.send("ready", device=self.device)
+        got = self.control.recv(None)
+        if got is None or got[0].get("kind") != "candidate" or len(got[1]) != 1:
+            raise RuntimeError(f"expected the candidate's socket, got {got!r:.200}")
+        handover, (fd,) = got
+        self.cand = _channel.Channel.from_fd(fd)
+        reasons: dict[str, str] = {}
+        ran = {"missing_file", "syntax_error", "library_passthrough", "crash", "timeout", "oom", "forbidden_code",
+               "helper_process"}
+        if self.passthrough:
+            reasons["library_passthrough"] = "uses " + ", ".join(self.passthrough)
+        if self.forbidden:
+            reasons["forbidden_code"] = "the source uses " + ", ".join(self.forbidden[:8])
+        rows: list[dict] = []
+        t_ready = time.perf_counter()
+        hello = self.expect(("hello",))
+        imported = None
+        if hello is not None:
+            entry = self.entry(handover)
+            key = os.urandom(32)
+            try:
+                self.cand.send("go", key=key.hex(), entry=entry, device=self.device, timing=bool(cfg["timing"]),
+                               cuda_graph=bool(cfg["cuda_graph"]), library_ops=list(self.op.library_ops),
+                               submission=f"{handover['inner']}/submission/kernel.py", kit=handover["kit"])
+                self.cand.recv_key = key
+                imported = self.expect(("import",))
+            except _channel.Closed:
+                pass
+        self.candidate_start_s = time.perf_counter() - t_ready
+        msg = imported[0] if imported else {}
+        for k, v in (msg.get("failures") or {}).items() if isinstance(msg.get("failures"), dict) else ():
+            if k in REASONS:  # tampering found at import: reported, and the kernel still judged
+                reasons.setdefault(k, f"after import: {v}")
+        if imported and msg.get("reason"):
+            code = str(msg["reason"])
+            reasons.setdefault(code if code in REASONS else "driver_tampered", str(msg.get("message"))[:4000])
+        elif imported:
+            ran |= {"no_kernel_function", "import_error", "timer_tampered", "driver_tampered"}
+            rows = self.judge_shapes(bases, reasons, ran)
+            try:
+                self.cand.send("done")
+            except _channel.Closed:
+                pass
+        while self.end is None:  # until the supervisor reports how the candidate ended
+            got = self.control.recv(None) if self.cand_closed else self.next_message()
+            if self.cand_closed and got is not None and got[0].get("kind") == "end":
+                self.end = got[0]
+            elif got is not None and not self.cand_closed:
+                _channel.close_all(got[1])
+                self.forged.append(f"a message after the evaluation ended: {str(got[0].get('kind'))[:40]!r}")
+        return self.assemble(rows, reasons, ran, bases, imported is not None and not msg.get("reason"))
+
+    def entry(self, handover: dict) -> dict:
+        """The operator's entry, with the files it names copied into the evaluation directory."""
+        import shutil
+
+        entry = dict(self.op.entry or {"kind": "function", "name": "kernel"})
+        if entry.get("kind") == "kernelbench":
+            dest = Path(handover["work"]) / "entry" / "problem.py"
+            shutil.copyfile(entry["problem"], dest)
+            os.chmod(dest, 0o444)
+            entry["problem"] = f"{handover['inner']}/entry/problem.py"
+        return entry
+
+    def judge_shapes(self, bases: list, reasons: dict, ran: set) -> list[dict]:
+        rows = []
+        for i, shape in enumerate(self.shapes):
+            try:
+                row, fails, shape_ran = self.judge_shape(i, shape, bases[i])
+            except self.torch.OutOfMemoryError as e:  # the candidate can fill the device the judge shares
+                _release_memory()
+                row, shape_ran = self.row(shape, bases[i]), set()
+                first = str(e).splitlines()[0] if str(e) else "out of memory"
+                fails = {"oom": f"the device ran out of memory while the judge checked this shape: {first}"}
+                row["error"], row["fatal"] = fails["oom"], True
+            if row is None:
+                break  # the candidate ended before reporting this shape
+            rows.append(row)
+            ran |= shape_ran
+            t = row.get("time_ms") or {}
+            self.note(f"shape {i + 1}/{len(self.shapes)} {row['shape_id']}: "
+                      + ("correct" if row["correct"] else "not correct")
+                      + (f", {t['median']:.4g} ms" if t.get("median") is not None else "")
+                      + (f" ({', '.join(fails)})" if fails else ""))
+            for k, v in fails.items():
+                reasons.setdefault(k, f"{row['shape_id']}: {v}")
+            _release_memory()
+            if row.pop("fatal", False):
+                break
+        return rows
+
+    def assemble(self, rows: list, reasons: dict, ran: set, bases: list, imported_ok: bool) -> dict:
+        end = self.end or {}
+        stopped = None
+        if end.get("timed_out"):
+            stopped = "timeout"
+            reasons.setdefault("timeout", f"no result within {end.get('limit_s')} s")
+        elif end.get("oom"):
+            stopped = "oom"
+            reasons.setdefault("oom", f"memory above the {end.get('memory_limit_gb')} GB limit")
+        elif len(rows) < len(self.shapes) and not reasons.keys() & {"crash", "oom", "import_error", "syntax_error",
+                                                                     "no_kernel_function", "bad_signature"}:
+            stopped = "crash"
+            rc = end.get("returncode")
+            how = f"exited with code {rc}"
+            if isinstance(rc, int) and rc < 0:
+                name = f" ({signal.Signals(-rc).name})" if -rc in signal.valid_signals() else ""
+                how = f"was killed by signal {-rc}{name}"
+            log = (end.get("log_tail") or "")[-1500:].strip()
+            tail_text = f"; its output ends: {log}" if log else ""
+            reasons.setdefault("crash", f"the candidate process {how} before finishing{tail_text}")
+        if end.get("parent_killed"):
+            reasons.setdefault("driver_tampered", "the process that started the candidate was killed during its run")
+        if end.get("helpers"):
+            reasons.setdefault("helper_process", "the kernel started " + ", ".join(sorted(set(end["helpers"]))[:4])
+                               + " (only compilers and build tools may run beside it)")
+        if self.forged:
+            reasons.setdefault("driver_tampered", f"{len(self.forged)} message(s) outside the protocol: "
+                                                  + "; ".join(self.forged[:3]))
+        for i in range(len(rows), len(self.shapes)):
+            row = self.row(self.shapes[i], bases[i])
+            row["error"] = f"{stopped} while running this shape" if stopped and i == len(rows) else \
+                "not run: the candidate stopped earlier"
+            rows.append(row)
+        order = list(REASONS)
+        codes = sorted(reasons, key=order.index)
+        checks = {c: "fail" if c in reasons else "pass" if c in ran else "skip" for c in order}
+        accepted = not codes
+        speedups = [r["speedup_vs_best"] for r in rows]
+        geomean = None
+        if accepted and speedups and all(s and s > 0 for s in speedups):
+            geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+        timing = self.mode if any(r["time_ms"] for r in rows) else "none"
+        flags = sorted({f for r in rows for f in r.get("flags", ())})
+        return {
+            "verdict": "accepted" if accepted else "rejected", "reasons": codes,
+            "details": {c: reasons[c][:4000] for c in codes},
+            "operator": self.op.name, "shape_set": self.cfg["shape_set"], "timing": timing,
+            "device": self.info, "ceilings": self.ceilings, "checks": checks, "shapes": rows,
+            "geomean_speedup": geomean, "draws": self.cfg["draws"], "flags": flags,
+            "static_flags": self.forbidden, "candidate_start_s": round(self.candidate_start_s, 3),
+        }
+
+
+def _shape_id(shape: dict) -> str:
+    from operators import shape_id
+
+    return shape_id(shape)
+
+
+def _release_memory() -> None:
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def main(fd: int) -> int:
+    os.dup2(2, 1)  # anything printed in this process goes to stderr, never into the protocol
+    sys.stdout = sys.stderr
+    control = _channel.Channel.from_fd(fd)
+    from ablate.errors import AblateError
+
+    while True:
+        try:
+            got = control.recv(None)
+        except _channel.Closed:
+            return 0
+        msg, fds = got
+        if msg.get("kind") != "request":
+            _channel.close_all(fds)
+            continue
+        cfg = msg["cfg"]
+        os.environ["ABLATE_CACHE_DIR"] = cfg["cache_dir"]
+        try:
+            source = ""
+            if len(fds) == 1:
+                size = _channel.sealed_size(fds[0], 1 << 24)
+                n = min(size, int(cfg.get("source_bytes", size)))  # the file is padded to 64 bytes
+                source = os.pread(fds[0], n, 0).decode("utf-8", errors="replace")
+            _channel.close_all(fds)
+            ev = Evaluation(cfg, control, source)
+            try:
+                ev.setup()
+            except TooLarge as e:
+                raise AblateError(str(e)) from None
+            control.send("result", result=ev.run())
+        except AblateError as e:
+            control.send("error", message=str(e))
+        except _channel.Closed:
+            return 0
+        except Exception:
+            control.send("failure", message=traceback.format_exc()[-3000:])
+            return 1  # state unknown: the supervisor starts a fresh judge next time
+        finally:
+            _release_memory()
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))

@@ -1,0 +1,66 @@
+"""Timing verdicts, in the judge: what a shape's timing report is worth.
+
+- The best library of the shape is the fastest baseline that passed the correctness rule;
+  speedup_vs_best is its time over the kernel's.
+- Speed of light is physical: the roofline floor is the fewest bytes the operator must move
+  (less what L2 can hold back: writes may still sit in L2 when the end event fires) over the
+  memory ceiling, or its flops over the compute ceiling, whichever is larger, where a ceiling is
+  the higher of the datasheet peak and the best measured rate. sol_fraction = floor / time.
+  A time below the floor by more than the noise margin is rejected (below_roofline); within it,
+  sol_fraction is reported as 1.0 and the row says so.
+- The device still busy after the timed stream finished means work was left on another stream.
+- A speedup above FLAG_SPEEDUP over the best library is flagged for a human look.
+"""
+from __future__ import annotations
+
+import math
+
+NOISE = 0.02  # timing noise tolerated against the floor
+FLAG_SPEEDUP = 3.0
+# the device busy after the timed stream is done, by more than 50 us and a quarter of the event
+# time: work was left on another stream (an idle device syncs in a few microseconds)
+STREAM_LAG_MS, STREAM_LAG_FRACTION = 0.05, 0.25
+
+
+def floor_ms(op, shape: dict, ceilings: dict, l2_bytes: int | None) -> float:
+    """The physical minimum time of the operator on this shape, in ms."""
+    moved = max(0, op.bytes(shape) - (l2_bytes or 0))
+    return max(moved / (ceilings["copy_gbps"] * 1e9), op.flops(shape) / (ceilings["matmul_tflops"] * 1e12)) * 1e3
+
+
+def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, device: str, ceilings: dict | None,
+               l2_bytes: int | None = None) -> None:
+    try:
+        t = {k: float(timing[k]) for k in ("median", "p10", "p90")}
+        n, wall = int(timing["n"]), float(timing["wall_ms"])
+        assert all(math.isfinite(v) and v >= 0 for v in (*t.values(), wall)) and n > 0
+    except (KeyError, TypeError, ValueError, AssertionError):
+        fails.setdefault("driver_tampered", f"malformed timing report: {timing!r:.200}")
+        return
+    row["time_ms"] = {**t, "n": n}
+    row["wall_ms"] = wall
+    med = t["median"]
+    if row["baselines_ms"]:
+        best = min(row["baselines_ms"], key=row["baselines_ms"].get)
+        row["best_baseline"] = best
+        row["speedup_vs_best"] = row["baselines_ms"][best] / med if med > 0 else None
+        if row["speedup_vs_best"] and row["speedup_vs_best"] > FLAG_SPEEDUP:
+            row.setdefault("flags", []).append(f"speedup_over_{FLAG_SPEEDUP:g}x")
+    if device != "cuda":
+        return
+    ran.add("stream_mismatch")
+    lag = timing.get("lag_ms")
+    if isinstance(lag, (int, float)) and lag > max(STREAM_LAG_MS, STREAM_LAG_FRACTION * med):
+        fails.setdefault("stream_mismatch", f"the device stayed busy {lag:.4f} ms after the timed stream finished "
+                                            f"(events: {med:.4f} ms; wall-clock with a full sync: {wall:.4f} ms)")
+    if ceilings:
+        ran.add("below_roofline")
+        floor = floor_ms(op, shape, ceilings, l2_bytes)
+        row["floor_ms"] = floor
+        sol = floor / med if med > 0 else math.inf
+        if sol > 1 + NOISE:
+            fails.setdefault("below_roofline", f"{med:.4f} ms is below the physical floor {floor:.4f} ms "
+                                                f"({ceilings['copy_gbps']} GB/s, {ceilings['matmul_tflops']} TFLOP/s)")
+        elif sol > 1:
+            row.setdefault("flags", []).append("at_speed_of_light_within_noise")
+        row["sol_fraction"] = min(sol, 1.0) if math.isfinite(sol) else None

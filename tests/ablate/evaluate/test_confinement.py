@@ -1,0 +1,170 @@
+"""The candidate, from the inside: a probe kernel reports what it can see and do, and every
+escape fails, when the runner is root (the candidate runs as an unprivileged uid) and in a user
+namespace (what a normal user's runner gets)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ablate.evaluate import _servers, evaluate
+from ablate.sandbox import _bwrap
+
+CHECKOUT = Path(__file__).resolve().parents[3]  # this checkout, wherever it is
+
+PROBE = '''
+import json, os, socket, sys
+
+def status():
+    out = {}
+    for line in open("/proc/self/status"):
+        k, _, v = line.partition(":")
+        if k in ("Uid", "CapEff", "CapPrm", "CapAmb", "CapInh", "NoNewPrivs"):
+            out[k] = v.split()[0]
+    return out
+
+def write(path):
+    try:
+        with open(path, "w") as f:
+            f.write("tampered")
+        return "ok"
+    except OSError as e:
+        return type(e).__name__
+
+def connect(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+
+facts = {"status": status(), "writes": {p: write(p) for p in TARGETS}, "visible": {p: os.path.exists(p) for p in SECRETS},
+         "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()), "net": connect(PORT),
+         "root_listing": sorted(os.listdir("/"))}
+raise RuntimeError("PROBE " + json.dumps(facts) + " END")
+'''
+
+
+def probe(tmp_path, port, cache, targets, secrets) -> dict:
+    src = f"TARGETS = {targets!r}\nSECRETS = {secrets!r}\nPORT = {port}\n" + PROBE + "\ndef kernel(x, w):\n    return x\n"
+    (tmp_path / "kernel.py").write_text(src)
+    r = evaluate("rmsnorm", tmp_path / "kernel.py", shapes="smoke", draws=1, scan=False)
+    assert r["reasons"] == ["import_error"], r["details"]
+    text = r["details"]["import_error"]
+    start = text.rindex("PROBE {")  # the message, not the source line the traceback quotes
+    return r, json.loads(text[start + 6:text.index(" END", start)])
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+@pytest.fixture(params=["root", "userns"])
+def mode(request, monkeypatch, tmp_path):
+    conf = _servers.confinement()
+    if not conf.mode:
+        pytest.skip(f"bubblewrap cannot run here: {conf.note}")
+    if request.param == "root" and conf.mode != "root":
+        pytest.skip("the runner is not root")
+    if request.param == "userns" and conf.mode != "userns":
+        probe_dir = tmp_path / "probe"
+        probe_dir.mkdir()
+        err = _bwrap.self_test(conf.binary, probe_dir, "userns", -1)
+        if err:
+            pytest.skip(f"user namespaces do not run here: {err}")
+        forced = object.__new__(_servers.Confinement)
+        forced.binary, forced.mode, forced.note = conf.binary, "userns", ""
+        monkeypatch.setattr(_servers, "_CONFINEMENT", [forced])
+        for pool in (_servers.ZYGOTES, _servers.SPARES):  # candidates started under the other mode
+            pool.close()
+        yield "userns"
+        for pool in (_servers.ZYGOTES, _servers.SPARES):
+            pool.close()
+        return
+    yield request.param
+
+
+def test_from_inside_a_candidate_every_escape_fails(tmp_path, listener, mode, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "baselines.json").write_text("{}")
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(cache))
+    targets = [str(CHECKOUT / "operators" / "rmsnorm" / "reference.py"), str(CHECKOUT / "ablate" / "evaluate" / "_judge.py"),
+               str(CHECKOUT / "new-file"), str(cache / "baselines.json"), "/usr/lib/ablate-probe", "/etc/ablate-probe",
+               "/ablate-probe", os.path.join(sys.prefix, "ablate-probe")]
+    secrets = [str(CHECKOUT), str(CHECKOUT / "operators" / "rmsnorm" / "__init__.py"),
+               str(CHECKOUT / "harnesses" / "knowledge"), str(cache), str(CHECKOUT / "runs"), "/root/.ssh",
+               os.path.expanduser("~/.cache/ablate")]
+    r, facts = probe(tmp_path, listener, cache, targets, secrets)
+    assert r["sandbox"] == "bwrap"
+    assert all(result != "ok" for result in facts["writes"].values()), facts["writes"]
+    assert not any(facts["visible"].values()), facts["visible"]
+    st = facts["status"]
+    assert int(st["CapEff"], 16) == int(st["CapPrm"], 16) == int(st["CapAmb"], 16) == 0, st
+    if mode == "root":
+        assert int(st["Uid"]) != 0  # an unprivileged uid of its own
+    assert len(facts["pids"]) <= 4, facts["pids"]  # its own PID namespace: bubblewrap and itself
+    assert facts["net"] != "connected"
+    assert "eval" in facts["root_listing"] and not {"work", "home", "srv"} & set(facts["root_listing"])
+    assert (CHECKOUT / "operators" / "rmsnorm" / "reference.py").read_text().startswith('"""')  # untouched
+
+
+def test_hidden_shapes_and_the_wiki_do_not_leak_through_a_rejection(tmp_path):
+    """The evaluate tool hands rejection details to the agent: a candidate judged on public
+    shapes knows only the inputs it is called with."""
+    import operators
+
+    hidden = [s for s in operators.get("rmsnorm").shape_set("eval") if s not in operators.get("rmsnorm").shape_set("public")]
+    src = ("import os, sys\n"
+           "found, seen = [], 0\n"
+           "for top in ['/eval', '/tmp', '/root', '/home', '/work', '/opt', '/srv', sys.prefix] + sys.path:\n"
+           "    for d, dirs, files in os.walk(top):\n"
+           "        seen += len(files)\n"
+           "        if seen > 200000:\n            break\n"
+           "        for f in files:\n"
+           "            if (f.endswith('.md') and 'knowledge' in d) or (f == '__init__.py' and d.endswith('rmsnorm')):\n"
+           "                try:\n                    found.append(open(os.path.join(d, f)).read()[:300])\n"
+           "                except OSError:\n                    pass\n"
+           "try:\n    import operators\n    found.insert(0, repr(operators.get('rmsnorm').shapes))\nexcept Exception as e:\n"
+           "    found.insert(0, 'no operators: ' + type(e).__name__)\n"
+           "raise RuntimeError('LEAK ' + ' | '.join(found))\n"
+           "def kernel(x, w):\n    return x\n")
+    (tmp_path / "kernel.py").write_text(src)
+    r = evaluate("rmsnorm", tmp_path / "kernel.py", shapes="public", draws=1, scan=False, timing=False)
+    text = r["details"]["import_error"]
+    assert "LEAK" in text and "no operators: ModuleNotFoundError" in text
+    for s in hidden:
+        assert f"'N': {s['N']}" not in text and f"\"N\": {s['N']}" not in text
+    assert "HIDDEN" not in text and "provenance" not in text.lower()
+
+
+def test_a_real_unprivileged_runner_if_this_machine_has_one(tmp_path):
+    """As a normal user (uid 65534) when the interpreter is readable by one; else skipped."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become another user")
+    try:
+        check = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True,
+                               preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+    except OSError:
+        check = None
+    if check is None or check.returncode != 0:
+        pytest.skip("this interpreter is not readable by an unprivileged user")
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    code = ("import json, sys; from ablate.evaluate import evaluate; "
+            f"r = evaluate('rmsnorm', {str(CHECKOUT / 'tests/ablate/evaluate/kernels/honest_torch.py')!r}, shapes='smoke', draws=1); "
+            "print(json.dumps([r['verdict'], r['sandbox']]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=CHECKOUT, timeout=300,
+                         env={**os.environ, "HOME": str(home), "ABLATE_CACHE_DIR": str(home / "cache")},
+                         preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["accepted", "bwrap"]

@@ -1,0 +1,82 @@
+"""The judge's timing verdicts: speedup against the best library, a physical speed of light,
+side streams, and speedups too good to pass without a human look."""
+from types import SimpleNamespace
+
+import pytest
+
+from ablate.evaluate._verdicts import FLAG_SPEEDUP, NOISE, floor_ms, judge_time
+
+SHAPE = {"M": 16384, "N": 4096, "dtype": "bfloat16"}
+OP = SimpleNamespace(bytes=lambda s: 2 * 2 * s["M"] * s["N"], flops=lambda s: 4 * s["M"] * s["N"])
+CEIL = {"copy_gbps": 4800.0, "matmul_tflops": 989.0}
+
+
+def timed(median, wall=None, lag=0.005):
+    return {"median": median, "p10": median, "p90": median, "n": 50, "wall_ms": median if wall is None else wall,
+            "lag_ms": lag}
+
+
+def row():
+    return {"baselines_ms": {"torch_eager": 0.9, "liger": 0.1}, "best_baseline": None, "speedup_vs_best": None,
+            "sol_fraction": None, "time_ms": None, "wall_ms": None}
+
+
+def judge(r, median, device="cuda", l2=None, **kw):
+    fails, ran = {}, set()
+    judge_time(r, SHAPE, timed(median, **kw), fails, ran, op=OP, device=device, ceilings=CEIL, l2_bytes=l2)
+    return fails, ran
+
+
+def test_honest_time_gets_speedup_and_sol():
+    r = row()
+    fails, ran = judge(r, 0.08)
+    assert fails == {} and {"below_roofline", "stream_mismatch"} <= ran
+    assert r["best_baseline"] == "liger" and r["speedup_vs_best"] == pytest.approx(1.25)
+    assert r["sol_fraction"] == pytest.approx(2 * 2 * 16384 * 4096 / 4800e9 * 1e3 / 0.08)
+
+
+def test_time_below_the_physical_floor_is_rejected_not_halved():
+    floor = floor_ms(OP, SHAPE, CEIL, None)
+    fails, _ = judge(row(), floor * 0.9)  # 10% faster than physics: the old rule allowed down to half
+    assert "below_roofline" in fails
+    r = row()
+    fails, _ = judge(r, floor / (1 + NOISE / 2))  # within the noise margin: accepted, at most 1
+    assert fails == {} and r["sol_fraction"] == 1.0 and "at_speed_of_light_within_noise" in r["flags"]
+
+
+def test_l2_can_hold_back_writes_so_small_problems_have_a_lower_floor():
+    assert floor_ms(OP, SHAPE, CEIL, 50 << 20) < floor_ms(OP, SHAPE, CEIL, None)
+    small = {"M": 8, "N": 512}  # all its bytes fit in L2: only its flops bound it
+    assert floor_ms(OP, small, CEIL, 50 << 20) == pytest.approx(OP.flops(small) / 989e12 * 1e3)
+
+
+def test_speedup_above_the_flag_is_marked_for_a_human_look():
+    r = row()
+    judge(r, 0.1 / (FLAG_SPEEDUP + 1))
+    assert any(f.startswith("speedup_over_") for f in r["flags"])
+
+
+def test_device_busy_after_the_timed_stream_is_a_stream_mismatch():
+    fails, _ = judge(row(), 0.08, wall=0.9, lag=0.85)
+    assert list(fails) == ["stream_mismatch"]
+
+
+def test_host_overhead_alone_is_not_a_stream_mismatch():
+    fails, ran = {}, set()  # a small kernel with a slow Python wrapper: wall >> events, but no lag
+    judge_time(row(), {"M": 8, "N": 512}, timed(0.006, wall=0.12, lag=0.006), fails, ran, op=OP, device="cuda",
+               ceilings=CEIL)
+    assert fails == {}
+
+
+def test_cpu_times_are_not_held_to_gpu_ceilings():
+    r = row()
+    fails, ran = judge(r, 0.001, device="cpu", wall=5.0)
+    assert fails == {} and r["sol_fraction"] is None and not ran
+
+
+@pytest.mark.parametrize("bad", [{"median": float("nan")}, {"median": -1, "p10": 0, "p90": 0, "n": 1, "wall_ms": 0},
+                                 "not a dict", {"median": 1.0}])
+def test_malformed_timing_is_tampering(bad):
+    fails = {}
+    judge_time(row(), SHAPE, bad, fails, set(), op=OP, device="cuda", ceilings=CEIL)
+    assert "driver_tampered" in fails
