@@ -11,6 +11,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+import ablate.config  # noqa: F401 - registers the config schemas Hydra composes against
 from ablate.errors import AblateError
 
 

@@ -417,7 +417,9 @@ def _rows(study_dir: Path, write: bool = True) -> list[dict[str, Any]]:
     entries = {}
     with contextlib.suppress(FileNotFoundError):
         for e in os.scandir(study_dir):
-            if not e.name.startswith(".") and e.is_dir():
+            # a trial directory exists only once its record is written (the rename is the commit):
+            # a directory without one is not a trial (analysis writes report/ beside them)
+            if not e.name.startswith(".") and e.is_dir() and os.path.lexists(os.path.join(e.path, "record.json")):
                 entries[e.name] = e.path
     old = _read_index(study_dir / INDEX)
     old_rows = {} if old is None else {r["dir"]: r for r in old}

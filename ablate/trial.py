@@ -45,6 +45,9 @@ class TrialSpec:
     # The node that loads this operator again in any process (operators.source_node): {} for a
     # registry operator; external problem formats and external baselines are not in the registry.
     operator_set: dict[str, Any] = field(default_factory=dict)
+    scope: str = "multi_shape"  # how the study chose the shapes (ablations.SCOPES)
+    # Models besides the agent's that the match shares (a reviewer's), by role; {} = none.
+    auxiliary_models: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @functools.cached_property
     def match_fields(self) -> dict[str, Any]:
@@ -67,6 +70,9 @@ class TrialSpec:
             "external_baselines": {name: _sha(Path(path).read_bytes()) if Path(path).is_file() else f"missing: {path}"
                                    for name, path in sorted(external.items())},
             "evaluator_version": str(getattr(_evaluator(), "VERSION", "1")),
+            # models besides the agent's (a reviewer's) and the prompts every arm shares
+            "auxiliary_models": {role: [m.get("id"), _model_settings(m)] for role, m in self.auxiliary_models.items()},
+            "prompts": harnesses.core_hashes(),
             # what every arm is given (the agent sees the prompt rendered for its GPU: that is in environment_key)
             "task": {"goal": _sha(op.goal.encode()), "prompt": _sha(prompt.encode()),
                      "files": {name: _sha(data) for name, data in files.items()}},
@@ -152,7 +158,9 @@ def task_for(spec: TrialSpec, op: operators.Operator, gpu: str | None) -> Task:
     files = {name: Path(path).read_bytes() for name, path in op.task_files.items()}
     files["shapes.json"] = json.dumps(public, indent=1).encode()
     task = Task(spec.operator, op.goal, public, files, gpu,
-                evaluate_public=lambda path: evaluate(spec, Path(path), shapes=spec.shapes["public"]))
+                evaluate_public=lambda path: evaluate(spec, Path(path), shapes=spec.shapes["public"]),
+                hidden_shapes=spec.shapes["public"] != spec.shapes["eval"],
+                roofline=[{"bytes": int(op.bytes(s)), "flops": int(op.flops(s))} for s in public])
     files["task.md"] = task.prompt(Budget(**spec.budget)).encode()
     return task
 
@@ -179,7 +187,7 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
     op = operators.resolve(spec.operator, spec.operator_set)  # once per process, from the spec alone
     task = task_for(spec, op, env["gpu"])
     budget = Budget(**spec.budget)
-    harness = harnesses.build(spec.harness)
+    harness = harnesses.build(spec.harness, spec.auxiliary_models)
     provider = models.get(spec.model)
     writer = store.begin(spec.study, spec.trial_id, attempt)
     model = _Streamed(provider, writer)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,15 @@ def load(path: Path | str, evaluation: str = "latest") -> tuple[list[dict[str, A
     corrupt trial directory; `evaluation` picks the original judgement or a rescoring ("latest",
     "original", or an evaluator version: see ablate.store.read_records)."""
     path = Path(path)
-    records = [r.as_row() for r in read_records(path, evaluation)]
-    skipped: list[tuple[str, str]] = problems(path)
+    store_log = logging.getLogger("ablate.store")
+    level, store_log.level = store_log.level, logging.ERROR  # its warnings are listed below, once
+    try:
+        records = [r.as_row() for r in read_records(path, evaluation)]
+    finally:
+        store_log.setLevel(level)
+    skipped: list[tuple[str, str]] = [
+        (str(Path(d) / "record.json"), ("unreadable: " if "JSON" in why or "unreadable" in why else "partial record: ") + why)
+        for d, why in problems(path)]
     dirs = {r["_dir"] for r in records if isinstance(r, dict) and r.get("_dir")}
     good = []
     for r in records:

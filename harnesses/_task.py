@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
+
+from harnesses import _documents
 
 
 @dataclass(frozen=True)
@@ -17,36 +19,35 @@ class Task:
     # The trusted evaluator on the public shapes, for harnesses that give the agent an evaluate
     # tool: path of a kernel file -> the evaluator's JSON. The same code path as the final judge.
     evaluate_public: Callable[[str], dict[str, Any]] | None = None
+    # Whether the judge also uses shapes the agent is not shown (multi-shape scope), or exactly
+    # the shown ones (single-shape scope, smoke).
+    hidden_shapes: bool = True
+    # Per public shape, the fewest bytes moved and the FLOPs ({"bytes": int, "flops": int}):
+    # the roofline floors a profiler compares against.
+    roofline: list[dict[str, int]] = field(default_factory=list)
 
     def prompt(self, budget: "Budget") -> str:
-        target = f"an NVIDIA GPU ({self.gpu})" if self.gpu else "a machine without a GPU: Triton runs in its CPU interpreter (TRITON_INTERPRET=1 is set), so timings are only indicative"
-        return "\n".join([
-            f"Operator: {self.operator}",
-            "",
-            self.goal,
-            "",
-            "Write `kernel.py` in the working directory defining `kernel(*inputs)` with exactly the inputs "
-            "and outputs of `reference` in reference.py, using Triton or CUDA (CuPy RawKernel or "
-            "torch.utils.cpp_extension.load_inline). Make it as fast as you can while staying correct; "
-            "calling the library implementation of the operator does not count as your kernel.",
-            f"Target: {target}.",
-            f"Public shapes (the evaluation also uses hidden shapes): {json.dumps(self.public_shapes)}",
-            f"Budget: {budget.describe()}.",
-            "Call `submit` when kernel.py is final.",
-        ])
+        target = (f"an NVIDIA GPU ({self.gpu})" if self.gpu else
+                  "a machine without a GPU: Triton runs in its CPU interpreter (TRITON_INTERPRET=1 is set), "
+                  "so timings are only indicative")
+        shapes_line = ("Public shapes (the evaluation also uses hidden shapes)" if self.hidden_shapes
+                       else "Shapes (the evaluation uses exactly these)")
+        return _documents.text("prompts/task.md").format(
+            operator=self.operator, goal=self.goal, target=target, shapes_line=shapes_line,
+            shapes=json.dumps(self.public_shapes), budget=budget.describe()).strip()
 
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits identical across the arms of a match. None = unlimited."""
+    """Limits identical across the arms of a match: every model call and tool second of every
+    mechanism draws on them. None = unlimited. Also the `budget:` config schema."""
 
     turns: int = 40
-    tokens: int | None = None
-    cost_usd: float | None = None
-    wall_s: float | None = None
-    tool_s: float | None = None
-    gpu_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    tokens: Optional[int] = None
+    cost_usd: Optional[float] = None
+    wall_s: Optional[float] = None
+    tool_s: Optional[float] = None
+    gpu_s: Optional[float] = None
 
     def describe(self) -> str:
         parts = [f"{self.turns} turns"]

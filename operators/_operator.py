@@ -67,13 +67,21 @@ class Operator:
     source: dict[str, Any] = field(default_factory=dict)
 
     def shape_set(self, name: str) -> list[Shape]:
-        if name not in self.shapes:
-            from ablate.errors import AblateError
+        """A named set, or one shape of it: "eval[M=4096,N=4096,dtype=bfloat16]" (by shape_id)."""
+        from ablate.errors import AblateError
 
+        base, _, pick = name.partition("[")
+        if base not in self.shapes:
             raise AblateError(
-                f"operator {self.name!r} has no shape set {name!r}; valid sets: {', '.join(self.shapes)}"
+                f"operator {self.name!r} has no shape set {base!r}; valid sets: {', '.join(self.shapes)}"
             )
-        return self.shapes[name]
+        if not pick:
+            return self.shapes[base]
+        chosen = [s for s in self.shapes[base] if shape_id(s) == pick.removesuffix("]")]
+        if not chosen:
+            raise AblateError(f"operator {self.name!r} has no shape {pick.removesuffix(']')!r} in set {base!r}; its shapes: "
+                              f"{'; '.join(shape_id(s) for s in self.shapes[base])}")
+        return chosen
 
     def kernel_of(self, module: Any) -> Callable[..., Any]:
         """The submission's entry point: kernel(*inputs) with the reference's inputs and outputs."""

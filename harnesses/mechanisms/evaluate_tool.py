@@ -1,7 +1,11 @@
-"""An `evaluate` tool: the trusted evaluator on the public shapes (correctness and timing)."""
+"""An `evaluate` tool: the trusted evaluator on the public shapes (correctness and timing).
+
+Its seconds are charged to the trial like any tool's; on a GPU they are GPU-seconds too (the
+evaluation holds the GPU), the same rule as a shell command run with the GPU visible."""
 from __future__ import annotations
 
 import json
+import time
 
 from ablate.models import ToolSpec
 from ablate.sandbox import Tool, ToolResult
@@ -26,19 +30,29 @@ def brief(result: dict) -> dict:
 
 class EvaluateTool(Mechanism):
     name = "evaluate_tool"
+    prompt = "prompts/evaluate_tool.md"
 
-    def system(self, task):
-        return ("An `evaluate` tool runs the benchmark's own evaluator on kernel.py over the public shapes: "
-                "correctness on fresh inputs, timing, and the speedup against the best library.")
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.evaluations: list[dict] = []
 
     def tools(self, task, ws, model):
         def evaluate(args):
             path = ws.resolve(str(args.get("path") or "kernel.py"))
             if not path.is_file():
                 return ToolResult(f"evaluate: {path.name} does not exist", is_error=True)
+            start = time.monotonic()
             result = task.evaluate_public(str(path))
-            return ToolResult(json.dumps(brief(result), indent=1), is_error=result.get("verdict") != "accepted")
+            seconds = time.monotonic() - start
+            self.evaluations.append({"verdict": result.get("verdict"), "reasons": result.get("reasons", []),
+                                     "geomean_speedup": result.get("geomean_speedup"), "seconds": round(seconds, 3)})
+            return ToolResult(json.dumps(brief(result), indent=1), is_error=result.get("verdict") != "accepted",
+                              seconds=seconds, gpu_seconds=seconds if task.gpu else 0.0)
 
         spec = ToolSpec("evaluate", "Evaluate a kernel file (default kernel.py) on the public shapes.", {
             "type": "object", "properties": {"path": {"type": "string"}}, "required": []})
         return {"evaluate": Tool(spec, evaluate)}
+
+    def use(self):
+        return {"evaluations": len(self.evaluations), "accepted": sum(e["verdict"] == "accepted" for e in self.evaluations),
+                "calls": self.evaluations}

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_launcher_presets_compose_with_the_trial_sweeper(preset, gpus, cpus):
     from hydra import compose, initialize_config_dir
 
+    import ablate.config  # noqa: F401  (registers the schemas the config composes against)
+
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"hydra/launcher={preset}"], return_hydra_config=True)
     launcher, sweeper = cfg.hydra.launcher, cfg.hydra.sweeper
@@ -69,7 +71,7 @@ def sweep(store: Path, *overrides: str, wait: bool = True, timeout: float = 300)
 def test_a_study_is_one_job_array_with_one_trial_per_job(slurm, tmp_path):
     r = sweep(tmp_path)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    recs = read_records(tmp_path / "default")
+    recs = read_records(tmp_path / "smoke")
     assert sorted((x.arm, x.seed) for x in recs) == [("goal_only", 0), ("goal_only", 1), ("kda05", 0), ("kda05", 1)]
     assert all(x.verdict == "accepted" and x.evaluation["timing"] == "cpu-interpreted" for x in recs)
     jobs = [x.environment["slurm"] for x in recs]
@@ -80,16 +82,17 @@ def test_a_study_is_one_job_array_with_one_trial_per_job(slurm, tmp_path):
     again = sweep(tmp_path)  # every trial stored: nothing is submitted
     assert again.returncode == 0, again.stderr[-3000:]
     assert "4 trials, 0 to run" in again.stdout + again.stderr
-    assert len(read_records(tmp_path / "default")) == 4
+    assert len(read_records(tmp_path / "smoke")) == 4
 
 
-def _under_way(study: Path) -> dict[str, dict]:
-    """trial id -> owner.json, for temporary trial directories with a model call streamed."""
+def _under_way(study: Path, calls: int = 1) -> dict[str, dict]:
+    """trial id -> owner.json, for temporary trial directories with `calls` model calls streamed."""
     out = {}
     for tmp in study.glob(".tmp-*"):
         try:
             owner = json.loads((tmp / "owner.json").read_text())
-            if (tmp / "model_calls.jsonl").read_text().count("\n") >= 1 and owner.get("slurm_job"):
+            streamed = (tmp / "model_calls.jsonl").read_text().count("\n") if calls else 0
+            if streamed >= calls and owner.get("slurm_job"):
                 out[owner["trial_id"]] = owner
         except (OSError, ValueError):
             continue
@@ -111,14 +114,21 @@ def test_a_job_killed_mid_trial_is_requeued_and_resumes(slurm, tmp_path):
     the other gets the pre-emption signal, on which submitit checkpoints and requeues it. Both
     reruns find the interrupted attempt, keep it, and run the trial to its record."""
     study = tmp_path / "killed"
-    proc = sweep(tmp_path, "+harness=goal_only", "study.name=killed", "study.seeds=[0,1]", wait=False)
+    # an agent that pays for a call, then works long enough (a slow command) for its job to be hit
+    slow = ("study.model.actions=[{tool:bash,args:{command:'sleep 1'}},{tool:bash,args:{command:"
+            "'sleep 15 && cp reference.py kernel.py && echo kernel = reference >> kernel.py'}}]")
+    proc = sweep(tmp_path, "+harness=goal_only", "study.name=killed", "study.seeds=[0,1]", "study.model.policy=actions",
+                 slow, wait=False)
     kills = [lambda job: ["scontrol", "requeue", job], lambda job: ["scancel", "--signal=USR2", job]]
     killed: list[str] = []  # trial ids, in the order their jobs were hit
     try:
         deadline = time.monotonic() + 300
         while proc.poll() is None:
             assert time.monotonic() < deadline, f"the sweep did not finish (killed: {killed})"
-            for trial_id, owner in _under_way(study).items():
+            # the requeue once the attempt has paid for a call (it must be kept); the pre-emption
+            # signal as early as possible (submitit handles it between bytecodes, so a trial near
+            # its end could finish first)
+            for trial_id, owner in _under_way(study, calls=1 if not killed else 0).items():
                 if trial_id not in killed and len(killed) < len(kills):
                     subprocess.run(kills[len(killed)](owner["slurm_job"]), check=True, timeout=20)
                     killed.append(trial_id)
@@ -139,7 +149,8 @@ def test_a_job_killed_mid_trial_is_requeued_and_resumes(slurm, tmp_path):
         assert rec.verdict == "accepted"  # the rerun did the whole trial
         assert rec.failures[0]["kind"] == "infrastructure"
         [kept] = (study / ".incomplete" / trial_id).iterdir()
-        assert (kept / "model_calls.jsonl").read_text().count("\n") >= 1  # what the killed attempt paid for
+        if trial_id == a:  # killed after its first model call: what that attempt paid for is kept
+            assert (kept / "model_calls.jsonl").read_text().count("\n") >= 1
     assert recs[a].failures[0]["cause"] == "node_lost"
     assert recs[b].failures[0]["cause"] in ("interrupted", "node_lost")  # killed before or after it wrote why
     assert not list(study.glob(".tmp-*"))

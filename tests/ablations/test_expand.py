@@ -1,16 +1,19 @@
+"""Arms, scopes and pairing: what a study plans, from a plain config."""
 import pytest
 
 from ablate.errors import AblateError
-from ablations import arms, expand
+from ablations import arms, expand, scope_shapes
 
 GOAL = {"name": "goal_only", "mechanisms": {}}
-KDA = {"name": "kda05", "mechanisms": {"knowledge": {}, "workflow": {}, "reviewer": {"rounds": 1}}}
+KDA = {"name": "kda05", "mechanisms": {"knowledge": {"max_results": 3}, "workflow": {}, "reviewer": {"rounds": 2},
+                                       "profiler": None}}
 MODEL = {"name": "scripted", "provider": "scripted", "id": "scripted-kernel-search-v1"}
 
 
 def cfg(**study):
-    base = {"name": "s", "seeds": [0, 1], "arms": {"goal_only": GOAL, "kda05": KDA}, "model": MODEL}
-    return {"study": base | study, "operators": {"names": ["rmsnorm"], "shapes": {"public": "smoke", "eval": "smoke"}},
+    base = {"name": "s", "seeds": [0, 1], "arms": {"goal_only": GOAL, "kda05": KDA}, "model": MODEL,
+            "scopes": ["multi_shape"]}
+    return {"study": base | study, "operators": {"names": ["rmsnorm"], "shapes": {"public": "public", "eval": "eval"}},
             "budget": {"turns": 10}, "sandbox": {}}
 
 
@@ -20,21 +23,29 @@ def test_arms_share_everything_but_the_harness():
     by_seed = {}
     for s in specs:
         by_seed.setdefault(s.seed, []).append(s)
-    for seed, pair in by_seed.items():
+    for pair in by_seed.values():
         assert {s.arm for s in pair} == {"goal_only", "kda05"}
         assert pair[0].match_key == pair[1].match_key
         assert pair[0].trial_id != pair[1].trial_id
     assert by_seed[0][0].match_key != by_seed[1][0].match_key
 
 
-def test_match_key_changes_with_model_and_budget():
+def test_match_key_changes_with_model_budget_shapes_and_an_auxiliary_model():
     a = expand(cfg())[0]
+    for change in ({"budget": {"turns": 11}}, {"operators": {"names": ["rmsnorm"], "shapes": {"public": "smoke", "eval": "eval"}}},
+                   {"reviewer_model": {"provider": "anthropic", "id": "claude-fable-5-1"}}):
+        c = cfg() | change
+        assert expand(c)[0].match_key != a.match_key, change
     c = cfg()
-    c["budget"] = {"turns": 11}
+    c["study"]["model"] = dict(MODEL, id="other-model")
     assert expand(c)[0].match_key != a.match_key
-    c = cfg()
-    c["model"] = dict(MODEL, id="other-model")
-    assert expand(c)[0].match_key != a.match_key
+
+
+def test_a_reviewer_model_is_shared_by_every_arm_of_the_match():
+    c = cfg() | {"reviewer_model": {"provider": "anthropic", "id": "claude-fable-5-1"}}
+    specs = expand(c)
+    assert all(s.auxiliary_models == {"reviewer": c["reviewer_model"]} for s in specs)  # goal_only too: it pairs
+    assert len({s.match_key for s in specs if s.seed == 0}) == 1
 
 
 def test_plus_harness_narrows_to_one_arm():
@@ -42,20 +53,53 @@ def test_plus_harness_narrows_to_one_arm():
     c["harness"] = KDA
     specs = expand(c)
     assert {s.arm for s in specs} == {"kda05"} and len(specs) == 2
-    # pairs with the goal_only trials of a run that named only goal_only
     c2 = cfg()
     c2["harness"] = GOAL
     assert {s.match_key for s in specs} == {s.match_key for s in expand(c2)}
 
 
-def test_single_mechanism_ablation_adds_and_removes():
-    found = arms(cfg(arms={"goal_only": GOAL}, ablation={"base": "goal_only", "add": ["knowledge", "workflow"]}))
-    assert set(found) == {"goal_only", "goal_only+knowledge", "goal_only+workflow"}
-    assert set(found["goal_only+knowledge"]["mechanisms"]) == {"knowledge"}
-    found = arms(cfg(ablation={"base": "kda05", "remove": ["reviewer"]}))
-    assert set(found["kda05-reviewer"]["mechanisms"]) == {"knowledge", "workflow"}
-    with pytest.raises(AblateError, match="cannot remove 'profiler'"):
-        arms(cfg(ablation={"base": "kda05", "remove": ["profiler"]}))
+def test_derived_arms_take_their_mechanism_from_the_specialist():
+    found = arms(cfg(ablation={"baseline": "goal_only", "specialist": "kda05", "add": ["all"], "remove": ["reviewer"]}))
+    assert set(found) == {"goal_only", "kda05", "goal_only+knowledge", "goal_only+workflow", "goal_only+reviewer",
+                          "kda05-reviewer"}
+    assert found["goal_only+knowledge"]["mechanisms"] == {"knowledge": {"max_results": 3}}  # configured as in kda05
+    assert found["goal_only+reviewer"]["mechanisms"] == {"reviewer": {"rounds": 2}}
+    assert set(found["kda05-reviewer"]["mechanisms"]) == {"knowledge", "workflow"}  # null (off) mechanisms drop out
+    with pytest.raises(AblateError, match="cannot remove 'profiler': kda05 has knowledge, workflow, reviewer"):
+        arms(cfg(ablation={"baseline": "goal_only", "specialist": "kda05", "remove": ["profiler"]}))
+    with pytest.raises(AblateError, match="ablation specialist 'kda06' is not an arm"):
+        arms(cfg(ablation={"baseline": "goal_only", "specialist": "kda06", "add": ["all"]}))
+
+
+def test_single_shape_scope_gives_one_trial_per_eval_shape_the_agent_sees():
+    import operators
+
+    specs = expand(cfg(scopes=["single_shape"], seeds=[0]))
+    evals = operators.get("rmsnorm").shape_set("eval")
+    assert len(specs) == 2 * len(evals)
+    shapes = sorted({s.shapes["eval"] for s in specs})
+    assert shapes == sorted(f"eval[{operators.shape_id(e)}]" for e in evals)
+    for s in specs:
+        assert s.shapes["public"] == s.shapes["eval"] and s.scope == "single_shape"
+        assert len(operators.get("rmsnorm").shape_set(s.shapes["eval"])) == 1
+    assert len({s.match_key for s in specs}) == len(evals)  # each shape its own match
+
+
+def test_smoke_scope_is_for_the_scripted_policy_only():
+    c = cfg(scopes=["smoke"])
+    assert scope_shapes("smoke", c, MODEL, "rmsnorm") == [{"public": "smoke", "eval": "smoke"}]
+    assert scope_shapes("smoke", c, {"provider": "anthropic", "id": "m"}, "rmsnorm") == [{"public": "public", "eval": "eval"}]
+    with pytest.raises(AblateError, match="unknown scope 'tiny'; valid scopes: multi_shape, single_shape, smoke"):
+        expand(cfg(scopes=["tiny"]))
+
+
+def test_bad_budget_keys_and_mechanism_options_fail_before_any_trial():
+    c = cfg()
+    c["budget"] = {"turns": 10, "max_token": 100}
+    with pytest.raises(AblateError, match="valid: turns, tokens, cost_usd, wall_s, tool_s, gpu_s"):
+        expand(c)
+    with pytest.raises(AblateError, match="no option 'round'"):
+        expand(cfg(arms={"r": {"name": "r", "mechanisms": {"reviewer": {"round": 1}}}}))
 
 
 def test_no_model_is_a_clear_error():
@@ -88,3 +132,11 @@ def test_match_key_holds_what_could_change_a_result(tmp_path, monkeypatch):
     assert expand(c)[0].match_key == a.match_key
     monkeypatch.setattr(ablate.evaluate, "VERSION", "999", raising=False)
     assert expand(cfg())[0].match_key != a.match_key
+
+
+def test_the_core_prompts_hashes_are_in_the_match_key(monkeypatch):
+    import harnesses
+
+    before = expand(cfg())[0].match_key
+    monkeypatch.setattr(harnesses, "core_hashes", lambda: {"prompts/core.md": "0" * 64, "prompts/task.md": "1" * 64})
+    assert expand(cfg())[0].match_key != before

@@ -111,12 +111,12 @@ def test_geomean_first_over_seeds_within_operator_then_over_operators(tmp_path):
 
 def test_a_differing_evaluator_version_is_refused_and_named(tmp_path, monkeypatch):
     write_trial(tmp_path, "goal_only", 0, 1.0)
-    monkeypatch.setattr(ablate.evaluate, "VERSION", "2", raising=False)
+    monkeypatch.setattr(ablate.evaluate, "VERSION", "999", raising=False)
     write_trial(tmp_path, "kda05", 0, 2.0)
     s = tables.summary(tmp_path, "goal_only")
     assert s["ratios"].iloc[0]["pairs"] == 0 and s["ratios"].iloc[0]["refused"] == 1
     [line] = tables.refusal_lines(s["refusals"])
-    assert "evaluator_version differs" in line and '"2"' in line
+    assert "evaluator_version differs" in line and '"999"' in line
     assert "evaluator_version differs" in report.text(tmp_path, "goal_only")
 
 
@@ -181,8 +181,8 @@ def test_a_record_forged_inside_a_workspace_is_not_a_trial(tmp_path):
     forged["evaluation"]["geomean_speedup"] = 100.0
     (path / "workspace" / "record.json").write_text(json.dumps(forged))
     records, skipped = frames.load(tmp_path)
-    assert [r["trial_id"] for r in records] != ["forged"] and len(records) == 1
-    assert "written by its agent" in skipped[0][1]
+    assert [r["trial_id"] for r in records] == [json.loads((path / "record.json").read_text())["trial_id"]]
+    assert not any("forged" in why for _, why in skipped)  # the store reads trial directories, never a workspace
 
 
 def test_shape_roles_public_hidden_single(tmp_path):

@@ -119,3 +119,21 @@ def test_provider_errors_are_recorded_but_user_errors_propagate():
 
     with pytest.raises(AblateError, match="diverged"):
         run_loop(Diverged([]), "s", "t", tools([]), Budget(turns=5))
+
+
+def test_spend_is_recorded_per_owner():
+    log = []
+    r = run_loop(FakeModel([call("echo"), call("echo", id_="d"), call("submit", id_="e")]), "sys", "task", tools(log),
+                 Budget(turns=5), owners={"echo": "profiler"})
+    assert r.spent["agent"].model_calls == 3 and r.spent["agent"].tokens == 45
+    assert r.spent["profiler"].tool_calls == 2 and r.spent["profiler"].tool_s == pytest.approx(4.0, abs=0.5)
+    assert r.spent["core"].tool_calls == 1  # submit
+    assert r.summary()["spent"]["profiler"]["tool_calls"] == 2
+
+
+def test_calls_after_a_submit_in_the_same_turn_do_not_run():
+    log = []
+    both = Response("", [ToolCall("a", "submit", {}), ToolCall("b", "echo", {"x": 9})], Usage(1, 1), "tool_use")
+    r = run_loop(FakeModel([both]), "sys", "task", tools(log), Budget(turns=5))
+    assert r.submitted and log == []
+    assert [m.content for m in r.messages if m.role == "tool"] == ["ok", "not run: the trial has ended"]
