@@ -188,7 +188,7 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
     task = task_for(spec, op, env["gpu"])
     budget = Budget(**spec.budget)
     harness = harnesses.build(spec.harness, spec.auxiliary_models)
-    provider = models.get(spec.model)
+    provider = models.get({**spec.model, "trial_seed": spec.seed})  # a seeded model (scripted) draws from it
     writer = store.begin(spec.study, spec.trial_id, attempt)
     model = _Streamed(provider, writer)
     writer.log(f"trial {spec.trial_id} attempt {attempt} on {env['host']} (gpu: {env['gpu']})")

@@ -1,8 +1,10 @@
-"""Runs every scripted template, for every config it lists, on its operator's smoke shapes and
-every input distribution, under the Triton CPU interpreter; prints JSON failures per template.
+"""Runs scripted templates at chosen configurations on their operator's smoke shapes (and extra
+shapes), for every input distribution, under the Triton CPU interpreter; prints JSON failures per
+template.
 
 Run as a subprocess: TRITON_INTERPRET must be set before triton is first imported.
-    python tests/operators/template_runner.py softmax layernorm ...
+    python tests/operators/template_runner.py softmax layernorm ...        every listed configuration
+    python tests/operators/template_runner.py --plan '{"topk": {"configs": [0, 5], "shapes": [...]}}'
 """
 import json
 import os
@@ -25,15 +27,17 @@ def configs(path: Path) -> list[dict]:
     return json.loads(first.removeprefix("# scripted-configs:"))
 
 
-def run(name: str) -> dict:
+def run(name: str, which: list[int] | None = None, extra_shapes: list[dict] = ()) -> dict:
     path = TEMPLATES / f"{name}.py"
     op = operators.get(name)
     report = {"configs": 0, "checks": 0, "failures": []}
-    for i, cfg in enumerate(configs(path)):
+    listed = configs(path)
+    for i in range(len(listed)) if which is None else which:
+        cfg = listed[i]
         mod = load_module(path, f"template_{name}_{i}")
         mod.CONFIG = cfg  # what the scripted policy does by rewriting the CONFIG line
         report["configs"] += 1
-        for shape in op.shapes["smoke"]:
+        for shape in list(op.shapes["smoke"]) + list(extra_shapes):
             for seed, dist in enumerate(operators.DISTRIBUTIONS):
                 inputs = op.make_inputs(shape, seed, "cpu", dist)
                 try:
@@ -48,4 +52,8 @@ def run(name: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps({name: run(name) for name in sys.argv[1:]}))
+    if sys.argv[1] == "--plan":
+        plan = json.loads(sys.argv[2])
+        print(json.dumps({name: run(name, p.get("configs"), p.get("shapes", [])) for name, p in plan.items()}))
+    else:
+        print(json.dumps({name: run(name) for name in sys.argv[1:]}))
