@@ -156,8 +156,8 @@ def worker(start, deadline):
             print(result(*measure(mod.kernel, data)) + f" config={{i}}", flush=True)
         except Exception as e:
             print(f"RESULT correct=0 error={{type(e).__name__}} config={{i}}: {{str(e)[:300]!r}}", flush=True)
-            if "cuda" in (type(e).__name__ + str(e)).lower():
-                sys.exit(3)  # the CUDA context may be lost: a fresh process carries on
+            if "CUDA error" in str(e) or "illegal memory access" in str(e) or "AcceleratorError" in type(e).__name__:
+                sys.exit(3)  # the CUDA context is lost: a fresh process carries on
 
 
 def sweep():

@@ -56,6 +56,10 @@ def interpreted():
 @pytest.fixture(scope="module")
 def compiled():
     """The default configuration of every template, compiled for sm_90 on every eval shape."""
+    import triton
+
+    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump").is_file():
+        pytest.skip("this Triton has no NVIDIA backend (ptxas, cuobjdump) to compile for sm_90 with")
     proc = subprocess.run([sys.executable, str(HERE / "template_aot.py"), *OURS], capture_output=True, text=True,
                           timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]

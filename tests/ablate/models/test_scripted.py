@@ -243,6 +243,57 @@ def test_the_check_script_renders_and_parses():
     assert any(isinstance(n, ast.FunctionDef) and n.name == "sweep" for n in tree.body)
 
 
+FAKE_TEMPLATE = """\
+import os
+import torch
+CONFIG = {"x": 0}
+SHAPE_CONFIGS = {}
+
+
+def kernel(x, weight):
+    if CONFIG["x"] == 1:
+        os._exit(7)  # dies like a process whose CUDA context broke
+    if CONFIG["x"] == 2:
+        raise ValueError("out of resource: shared memory")
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).to(x.dtype)
+"""
+
+
+def test_the_check_script_survives_a_dying_configuration_and_keeps_its_time(tmp_path):
+    """The sweep as it runs in the workspace: a configuration whose process dies is reported and the
+    sweep goes on in a fresh process; an exception is that configuration's error; once the time is
+    spent no new configuration starts; `check.py kernel.py` tests one file."""
+    import subprocess
+    import sys
+
+    import operators
+
+    op = operators.get("rmsnorm")
+    (tmp_path / "reference.py").write_bytes(op.task_files["reference.py"].read_bytes())
+    (tmp_path / "shapes.json").write_text(json.dumps(op.shapes["smoke"]))
+    (tmp_path / "template.py").write_text(FAKE_TEMPLATE)
+    configs = [{"x": 0}, {"x": 1}, {"x": 2}, {"x": 3}]
+
+    def sweep(seconds):
+        (tmp_path / "check.py").write_text(CHECK_SCRIPT.format(operator="rmsnorm", configs=json.dumps(configs),
+                                                               seconds=seconds))
+        return subprocess.run([sys.executable, "check.py", "sweep"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120).stdout
+
+    out = sweep(60)
+    lines = [ln for ln in out.splitlines() if ln.startswith("RESULT")]
+    assert [ln.split("config=")[1].split(":")[0] for ln in lines] == ["0", "1", "2", "3"]
+    assert lines[0].startswith("RESULT correct=1") and lines[3].startswith("RESULT correct=1")
+    assert "error=crashed" in lines[1] and "error=ValueError" in lines[2]
+    out = sweep(0)  # no time: the first is always tried, then nothing new starts
+    assert "config=0" in out and "config=1" not in out.split("STOPPED")[0] and "STOPPED before config=1" in out
+    (tmp_path / "kernel.py").write_text(FAKE_TEMPLATE)
+    one = subprocess.run([sys.executable, "check.py", "kernel.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120).stdout
+    assert re.match(r"RESULT correct=1 max_err=\S+ ms=\S+ shapes_ms=\[[\d., ]+\]$", one.strip())
+
+
 def test_the_wiki_picks_the_first_configuration():
     from harnesses.mechanisms import knowledge as kb
 
