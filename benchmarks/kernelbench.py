@@ -183,7 +183,7 @@ def main() -> int:
     from ablate.evaluate._gpu import device_info
 
     a.out.mkdir(parents=True, exist_ok=True)
-    node = {"source": "kernelbench", "path": str(a.kernelbench), "level": 1, "names": list(a.problems)}
+    node = {"source": "kernelbench", "path": str(a.kernelbench.resolve()), "level": 1, "names": list(a.problems)}
     rows, work = [], Path(tempfile.mkdtemp())
     for problem in a.problems:
         for kind, src in (("honest Triton ModelNew", HONEST[problem]), ("passthrough ModelNew", passthrough(problem))):

@@ -73,7 +73,8 @@ def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
         assert reasons & set(r["reasons"]), r["details"]
     else:
         assert reasons <= set(r["reasons"]), r["details"]
-    assert not any((s.get("time_ms") or {}).get("median", 1.0) < (s.get("floor_ms") or 0) for s in r["shapes"])
+    if any((s.get("time_ms") or {}).get("median", 1.0) < 0.98 * (s.get("floor_ms") or 0) for s in r["shapes"]):
+        assert "below_roofline" in r["reasons"]  # a time faster than physics is never let through
 
 
 def test_every_accepted_time_is_within_speed_of_light(judged):
