@@ -443,6 +443,23 @@ class Candidate:
     def log_tail(self) -> str:
         return tail(self.log) if self.log is not None else ""
 
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def owned(self) -> Path:
+        """The directory this candidate leaves behind when closed."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Kill it and everything it left, close its socket and log, remove its directory."""
+        self.kill()
+        if self.judge_end is not None:
+            self.judge_end.close()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        shutil.rmtree(self.owned(), ignore_errors=True)
+
 
 class Spawned(Candidate):
     """A candidate in a fresh interpreter (the GPU path). It may be started ahead of its
@@ -485,14 +502,8 @@ class Spawned(Candidate):
     def kill(self) -> None:
         kill_popen(self.proc)
 
-    def close(self) -> None:
-        self.kill()
-        if self.judge_end is not None:
-            self.judge_end.close()
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        shutil.rmtree(self.root, ignore_errors=True)
+    def owned(self) -> Path:
+        return self.root  # its own root: one evaluation directory in it
 
 
 class Forked(Candidate):
@@ -537,14 +548,8 @@ class Forked(Candidate):
         if self.zygote.alive():
             self.zygote.sweep()
 
-    def close(self) -> None:
-        self.kill()
-        if self.judge_end is not None:
-            self.judge_end.close()
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        shutil.rmtree(self.work, ignore_errors=True)
+    def owned(self) -> Path:
+        return self.work  # the zygote's root is the zygote's
 
 
 class Pool:
