@@ -1,10 +1,6 @@
 """The candidate's guard: set up in the candidate process before the submission is imported, in
 force until the process ends.
 
-freeze(): private copies of the driver's functions whose globals are a snapshot taken now (with
-    a private copy of the builtins), so a submission that later rebinds a module attribute, a
-    builtin or a driver global cannot change what the frozen functions call.
-
 install(): an audit hook (PEP 578; once added it cannot be removed) that refuses, when the
     submission's own code asks, the ways Python offers to reach objects it was not handed or to
     run code it does not show: frames (sys._getframe, a traceback's tb_frame, f_code, gi_frame,
@@ -22,7 +18,6 @@ A frame of the submission's file, or of code with no file (built from a string),
 submission; a library's frame (triton compiling, torch building an extension) is not."""
 from __future__ import annotations
 
-import builtins
 import os
 import sys
 import types
@@ -59,19 +54,6 @@ def _code_roots(kit: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, std, kit, *site.getsitepackages(), site.getusersitepackages()}
     roots |= {os.path.realpath(r) for r in roots}
     return proxies, tuple(os.path.join(r, "") for r in roots if r)
-
-
-def freeze(namespace: dict, names, extra: dict | None = None) -> dict:
-    """A private namespace holding frozen copies of the functions `names` of `namespace` (a module
-    dict), everything else those functions refer to by global name as it is now, and a private
-    copy of the builtins. Frozen functions call each other through it."""
-    private = dict(namespace)
-    private.update(extra or {})
-    private["__builtins__"] = dict(builtins.__dict__)
-    for name in names:
-        f = namespace[name]
-        private[name] = types.FunctionType(f.__code__, private, f.__name__, f.__defaults__, f.__closure__)
-    return private
 
 
 def install(submission_dir: str, kit_dir: str):

@@ -129,7 +129,10 @@ class Evaluation:
         total = self.info.get("memory_bytes") if self.device == "cuda" else None
         draws, n_src = (1 if moved > LARGE_BYTES else int(self.cfg["draws"])), None
         if total:
-            need = lambda k: (k + 3) * moved + 5 * moved  # noqa: E731  (candidate + judge, upcast included)
+            # in units of half of what a call moves (its inputs, or its outputs): the candidate holds
+            # k timing sources, a live copy, the set in flight and two outputs; the judge a set, its
+            # float64 copy, the references of the sets in flight and the outputs it reads
+            need = lambda k: (k + 4 + 3 + 2 * IN_FLIGHT + 2) * moved / 2  # noqa: E731
             n_src = next((k for k in (4, 3, 2) if need(k) < 0.85 * total), None)
             if n_src is None:
                 raise TooLarge(f"{self.op.name} {_shape_id(shape)} moves {moved / 2**30:.1f} GiB a call; judging it "
@@ -316,7 +319,7 @@ class Evaluation:
                 _channel.close_all([fd])
             seconds["references"] += t1 - t0
             seconds["sending"] += time.perf_counter() - t1
-            outstanding[k] = (refs, exp, ins)
+            outstanding[k] = (refs, exp, ins if self.op.rule != "envelope" else ())  # top-k's rule reads them
             del ins
             while len(outstanding) >= IN_FLIGHT and not stop:
                 receive_one()

@@ -53,10 +53,10 @@ KIT = ("ablate/evaluate/_candidate.py", "ablate/evaluate/_channel.py", "ablate/e
 KIT_PACKAGES = ("ablate", "ablate.evaluate", "operators")
 
 INNER_ROOT = "/eval"  # where a candidate's evaluation root appears inside the sandbox
-# Programs a kernel's libraries legitimately start while it runs (compilers, linkers, build tools).
-TOOLCHAIN = re.compile(r"^(ptxas|nvcc|cicc|nvlink|fatbinary|cudafe\+\+|nvdisasm|cuobjdump|ninja|make|sh|bash|dash|"
-                       r"(x86_64-linux-gnu-)?(gcc|g\+\+|cc|c\+\+|cpp)(-\d+)?|cc1|cc1plus|collect2|ld(\.\w+)?|as|"
-                       r"clang(\+\+)?(-\d+)?|ldconfig(\.real)?|uname|which)$")
+# Where the programs a kernel's libraries start while it runs live (compilers, linkers, build
+# tools, `file`): read-only system and toolchain directories. A program from anywhere else (what the
+# candidate could have written) or any Python interpreter beside the candidate's own is a helper.
+SYSTEM_PROGRAMS = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/")
 
 
 class EvaluatorFailure(RuntimeError):
@@ -348,8 +348,9 @@ class Zygote(_Server):
         self.root = Path(tempfile.mkdtemp(prefix="ablate-zygote-", dir=scratch()))
         self.root.chmod(0o755)
         self.confined = bool(confinement().mode)
-        python = os.path.realpath(sys.executable)
-        cmd, self.inner_root, inner_kit = confinement().wrap(self.root, kit(), [python, "-E", "-B", "-c", BOOT], "cpu")
+        # the interpreter as invoked, not its real path: a venv's python finds its site-packages from there
+        cmd, self.inner_root, inner_kit = confinement().wrap(self.root, kit(), [sys.executable, "-E", "-B", "-c", BOOT],
+                                                             "cpu")
         cmd += [inner_kit, "{fd}", "zygote"]
         env = candidate_env(self.inner_root, "cpu")
         super().__init__(cmd, env, str(self.root))
@@ -421,8 +422,9 @@ class Candidate:
 
     def helpers(self) -> list[str]:
         """Programs in the candidate's tree other than its one Python interpreter (the first met
-        from the root), its sandbox and the compilers and build tools its libraries start."""
+        from the root), its sandbox, and system or toolchain programs its libraries start."""
         found, main = [], False
+        trusted = SYSTEM_PROGRAMS + tuple(os.path.join(p, "") for p in {sys.prefix, sys.base_prefix})
         for p in self.processes():
             exe = program(p)
             if exe is None:
@@ -433,13 +435,30 @@ class Candidate:
             if base == "bwrap" or (python and not main):
                 main = main or python
                 continue
-            if not python and TOOLCHAIN.match(base):
-                continue
+            if not python and (os.path.realpath(exe).startswith(trusted) or "/" not in exe):
+                continue  # a system program; or one gone before its path could be read (only its name)
             found.append(exe)
         return found
 
     def log_tail(self) -> str:
         return tail(self.log) if self.log is not None else ""
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def owned(self) -> Path:
+        """The directory this candidate leaves behind when closed."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Kill it and everything it left, close its socket and log, remove its directory."""
+        self.kill()
+        if self.judge_end is not None:
+            self.judge_end.close()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        shutil.rmtree(self.owned(), ignore_errors=True)
 
 
 class Spawned(Candidate):
@@ -453,7 +472,7 @@ class Spawned(Candidate):
         conf = confinement()
         self.sandbox = conf.kind
         mine, theirs = _channel.pair()
-        cmd, inner_root, inner_kit = conf.wrap(self.root, kit(), [self.python, "-E", "-B", "-c", BOOT], device)
+        cmd, inner_root, inner_kit = conf.wrap(self.root, kit(), [sys.executable, "-E", "-B", "-c", BOOT], device)
         self.inner = f"{inner_root}/{name}"
         cmd += [inner_kit, str(theirs.fileno())]
         self.log = tempfile.TemporaryFile()
@@ -483,14 +502,8 @@ class Spawned(Candidate):
     def kill(self) -> None:
         kill_popen(self.proc)
 
-    def close(self) -> None:
-        self.kill()
-        if self.judge_end is not None:
-            self.judge_end.close()
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        shutil.rmtree(self.root, ignore_errors=True)
+    def owned(self) -> Path:
+        return self.root  # its own root: one evaluation directory in it
 
 
 class Forked(Candidate):
@@ -535,14 +548,8 @@ class Forked(Candidate):
         if self.zygote.alive():
             self.zygote.sweep()
 
-    def close(self) -> None:
-        self.kill()
-        if self.judge_end is not None:
-            self.judge_end.close()
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        shutil.rmtree(self.work, ignore_errors=True)
+    def owned(self) -> Path:
+        return self.work  # the zygote's root is the zygote's
 
 
 class Pool:

@@ -146,13 +146,16 @@ def _inside(p: Path, roots) -> bool:
 
 
 def toolchain_paths() -> list[Path]:
-    """Compiler toolchains outside the system directories (CUDA_HOME, the directories of
-    LD_LIBRARY_PATH): load_inline and CuPy need nvcc, headers and libraries where they live."""
+    """Compiler and profiler toolchains outside the system directories (CUDA_HOME, the
+    directories of LD_LIBRARY_PATH, Nsight Compute): load_inline and CuPy need nvcc, headers and
+    libraries where they live; the profiler mechanism needs ncu's installation."""
     cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     cands += (os.environ.get("LD_LIBRARY_PATH") or "").split(":")
     nvcc = shutil.which("nvcc")
     if nvcc:
         cands.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    if shutil.which("ncu"):  # CUDA's ncu is a wrapper that looks for Nsight Compute in /opt/nvidia
+        cands.append("/opt/nvidia")
     return sorted({Path(os.path.realpath(p)) for p in cands if p and os.path.isdir(p)})
 
 

@@ -143,9 +143,5 @@ def test_from_a_non_editable_install_nothing_is_exposed(installed):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="ablate/sandbox/_bwrap.py derives the project's location as parents[2] of its own file, "
-                          "which in a non-editable install is site-packages itself: hiding it hides torch too. "
-                          "The hidden paths must come from the project's packages only (issue 12, item 7).",
-                   strict=False)
 def test_from_a_non_editable_install_the_agent_can_still_import_torch(installed):
     assert "TOOLS-OK" in installed["outputs"][8], installed["outputs"][8]

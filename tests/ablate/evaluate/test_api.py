@@ -118,10 +118,10 @@ def _sleepers() -> set[str]:
 def test_processes_a_candidate_leaves_behind_are_killed(judged):
     before = _sleepers()  # left by an unconfined run elsewhere, if any
     r = judged("daemon", draws=1, scan=False)
-    assert r["reasons"] == ["helper_process"] and "sleep" in r["details"]["helper_process"]
+    assert r["reasons"] == []  # a system program is no helper (a Python or a file it wrote would be) ...
     if r["sandbox"] != "bwrap":
         pytest.skip("without a PID namespace a detached process escapes the process tree")
-    assert not _sleepers() - before
+    assert not _sleepers() - before  # ... but it does not outlive the evaluation
 
 
 @pytest.mark.parametrize("name,reason", [("honest_triton", None), ("segfault", "crash"), ("hang", "timeout"),

@@ -18,7 +18,7 @@ def test_honest_triton_is_accepted_with_gpu_timing(judged):
         assert r["checks"][check] == "pass", check
     s = r["shapes"][0]
     assert s["correct"] and s["time_ms"]["n"] >= 20 and s["time_ms"]["p10"] <= s["time_ms"]["median"]
-    assert 0.05 < s["sol_fraction"] < 2.0
+    assert 0.05 < s["sol_fraction"] <= 1.0
     assert "torch_F.rms_norm" in s["baselines_ms"] and s["speedup_vs_best"] > 0
     assert s["wall_ms"] >= 0.5 * s["time_ms"]["p10"]  # the synced wall clock cannot beat the events
 
@@ -44,29 +44,47 @@ def test_hidden_shapes_are_judged(judged):
     assert r["geomean_speedup"] > 0
 
 
-@pytest.mark.parametrize("name,reason", [
-    ("side_stream", "stream_mismatch"),
-    ("l2_persist", "l2_persistence"),
-    ("graph_replay", "incorrect"),
-    ("patched_timer", "timer_tampered"),
-    ("output_cache", "stale_output"),
-    ("timed_loop_skip", "stale_output"),
-    ("thread_injection", "thread_injection"),
-    ("illegal_access", "crash"),
+@pytest.mark.parametrize("name,reasons,scan", [
+    ("side_stream", {"stream_mismatch"}, True),
+    ("l2_persist", {"forbidden_code"}, True),  # ctypes: refused, so it cannot reserve L2 at all
+    ("l2_persist_cupy", {"l2_persistence"}, False),  # native calls below the guard: the L2 guard sees it
+    ("graph_replay", {"incorrect", "stale_output"}, True),
+    ("patched_timer", {"timer_tampered"}, True),
+    ("output_cache", {"incorrect", "stale_output"}, True),
+    ("fingerprint_cache", {"stale_output"}, True),
+    ("timed_loop_skip", {"forbidden_code"}, False),
+    ("thread_injection", {"thread_injection"}, True),
+    ("illegal_access", {"crash"}, True),
+    # the hostile candidate on a GPU, each with the static scan off (the run-time defence alone)
+    ("frame_reader", {"forbidden_code"}, False),
+    ("gc_channel_wrap", {"forbidden_code"}, False),
+    ("snapshot_blind", {"forbidden_code", "timer_tampered"}, False),
+    ("code_swap", {"forbidden_code"}, False),
+    ("socket_forgery", {"driver_tampered"}, False),
+    ("posix_spawn_helper", {"helper_process"}, False),
+    ("passthrough_aten", {"library_passthrough"}, False),
 ])
-def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reason):
-    r = judged(name, draws=1, **PUBLIC)
+def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
+    if name == "l2_persist_cupy" and importlib.util.find_spec("cupy") is None:
+        pytest.skip("cupy is not installed")
+    r = judged(name, draws=1, scan=scan, **PUBLIC)
     assert r["verdict"] == "rejected"
-    assert reason in r["reasons"], r["details"]
+    if len(reasons) > 1 and name in ("graph_replay", "output_cache"):
+        assert reasons & set(r["reasons"]), r["details"]
+    else:
+        assert reasons <= set(r["reasons"]), r["details"]
+    if any((s.get("time_ms") or {}).get("median", 1.0) < 0.98 * (s.get("floor_ms") or 0) for s in r["shapes"]):
+        assert "below_roofline" in r["reasons"]  # a time faster than physics is never let through
 
 
-@pytest.mark.slow
-def test_memoised_answers_are_below_the_physical_floor(judged):
-    """Right answers from a memo keyed on 8 input values: about 20 us a call, whatever the shape;
-    on the largest hidden shape (floor ~0.25 ms) that is far below what reading x takes."""
-    r = judged("fingerprint_cache", draws=1, shapes="eval")
-    assert "below_roofline" in r["reasons"], r["details"]
-    assert all(s["correct"] for s in r["shapes"])
+def test_every_accepted_time_is_within_speed_of_light(judged):
+    """sol_fraction <= 1 for the kernel and, through the floor, for every library it beat."""
+    r = judged("honest_triton", shapes="eval")
+    assert r["verdict"] == "accepted", r["details"]
+    for s in r["shapes"]:
+        assert 0 < s["sol_fraction"] <= 1.0 and s["floor_ms"] > 0
+        assert all(ms >= s["floor_ms"] * 0.98 for ms in s["baselines_ms"].values()), s["baselines_ms"]
+        assert s["margin"] is not None and s["margin"] <= 1 and s["envelope"]["members"]  # calibrated on the libraries
 
 
 @pytest.mark.slow
