@@ -14,9 +14,10 @@ the roofline floor; per operator the geometric mean, the aim (>= 0.95x the best 
 memory-bound operators, >= 0.8x for gemm, attention and grouped_gemm) and whether it is met; the
 configuration chosen, the trial's and the evaluation's seconds.
 
-The trials' records go to --store (default: a folder beside DIR, so that DIR holds the two result
-files only) and the evaluator's cache of ceilings and baseline times to --cache (ABLATE_CACHE_DIR;
-default beside the store): a second command on the same machine reuses both, so the operators can
+The trials' records go to --store (default: TMPDIR/ablate-scripted-bench/<DIR's name>, so that DIR
+holds the two result files only; results.json keeps each trial's kernel.py and its sweep's lines)
+and the evaluator's cache of ceilings and baseline times to --cache (ABLATE_CACHE_DIR; default in
+the store): a second command on the same machine reuses both, so the operators can
 be run in several commands (see --operators) that each finish within a machine's command limit,
 and each command's results.md covers every operator run so far. Progress: one line as each trial
 starts and ends (the runner's), and this script's own lines.
@@ -28,7 +29,9 @@ import ast
 import json
 import math
 import os
+import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 CONTRACTIONS = ("gemm", "attention", "grouped_gemm")
-AIM = {"memory-bound": 0.95, "contraction": 0.8}  # of the best library's speed (issue: the scripted arm at full strength)
+AIM = {"memory-bound": 0.95, "contraction": 0.8}  # the worst shape's share of the best library's speed the control arm aims at
 STUDY = "justgoal"
 
 
@@ -73,6 +76,30 @@ def _kernel_config(path: Path) -> dict:
     return out
 
 
+def _sweep_lines(trial_dir: Path) -> list[str]:
+    """The policy's own measurement of each configuration (its sweep's RESULT lines), from the transcript."""
+    try:
+        text = (trial_dir / "transcript.jsonl").read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if m.get("role") == "tool" and "SWEEP " in (m.get("content") or ""):
+            out = [ln for ln in m["content"].splitlines() if ln.startswith(("RESULT", "STOPPED", "SWEEP"))]
+    try:  # name each configuration: the sweep's lines give its index in check.py's CONFIGS
+        tree = ast.parse((trial_dir / "workspace" / "check.py").read_text())
+        configs = next(ast.literal_eval(n.value) for n in tree.body
+                       if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CONFIGS")
+    except (OSError, SyntaxError, ValueError, StopIteration):
+        return out
+    return [ln + (f" {json.dumps(configs[int(m.group(1))])}" if (m := re.search(r" config=(\d+)", ln))
+                  and int(m.group(1)) < len(configs) else "") for ln in out]
+
+
 def rows_of(records) -> tuple[list[dict], dict]:
     """One row per operator and eval shape; one summary per operator."""
     rows, ops = [], {}
@@ -102,6 +129,8 @@ def rows_of(records) -> tuple[list[dict], dict]:
             "trial_s": (rec.agent or {}).get("wall_s"), "evaluation_s": rec.evaluation_s,
             "timing": ev.get("timing"), "device": ev.get("device"), "ceilings": ev.get("ceilings"),
             "trial_id": rec.trial_id, "details": {k: str(v)[:500] for k, v in (ev.get("details") or {}).items()},
+            "sweep": _sweep_lines(Path(rec.path)) if rec.path else [],
+            "kernel": (Path(rec.path) / "kernel.py").read_text() if rec.path and (Path(rec.path) / "kernel.py").is_file() else None,
         }
     return rows, ops
 
@@ -171,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"default: all ten ({' '.join(registry.REGISTRY)})")
     p.add_argument("--budget", default="default", help="a conf/budget group (default | small); the sweep takes 5%% of "
                    "its tightest time limit, at most 150 s")
-    p.add_argument("--store", type=Path, help="where the trials' records go (default: DIR.store beside --out)")
+    p.add_argument("--store", type=Path, help="where the trials' records go (default: "
+                   "TMPDIR/ablate-scripted-bench/<name of --out>)")
     p.add_argument("--cache", type=Path, help="the evaluator's cache (ABLATE_CACHE_DIR; default: beside the store)")
     p.add_argument("--dry-run", action="store_true", help="the smoke shapes, on whatever device there is (a CPU: "
                    "Triton's interpreter): a check of this script, not a measurement")
@@ -197,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: this benchmark needs a CUDA GPU (the CPU interpreter's timings mean nothing); the policy "
               "and the plan are tested on a CPU by tests/ablate/models/test_scripted.py", file=sys.stderr)
         return 2
-    store = (a.store or a.out.parent / f"{a.out.name}.store").resolve()
+    store = (a.store or Path(tempfile.gettempdir()) / "ablate-scripted-bench" / a.out.resolve().name).resolve()
     cache = (a.cache or store / "cache").resolve()
     os.environ.setdefault("ABLATE_CACHE_DIR", str(cache))
     cfg = compose(a.operators, store / "runs", a.budget, smoke=a.dry_run)

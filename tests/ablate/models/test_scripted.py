@@ -598,7 +598,7 @@ def test_the_benchmark_runs_the_goal_only_arm_and_writes_its_table(tmp_path):
     root = Path(__file__).resolve().parents[3]
     run = lambda *a: subprocess.run([sys.executable, "-m", "benchmarks.scripted", *a], cwd=root,  # noqa: E731
                                     capture_output=True, text=True, timeout=280)
-    r = run("--out", str(tmp_path / "a"), "--operators", "rmsnorm", "--dry-run")
+    r = run("--out", str(tmp_path / "a"), "--operators", "rmsnorm", "--dry-run", "--store", str(tmp_path / "store"))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "[1/1] rmsnorm goal_only scripted seed=0" in r.stdout
     result = json.loads((tmp_path / "a" / "results.json").read_text())
@@ -608,6 +608,8 @@ def test_the_benchmark_runs_the_goal_only_arm_and_writes_its_table(tmp_path):
                                                           for s in __import__("operators").get("rmsnorm").shapes["smoke"]]
     assert all(row["correct"] and row["ms"] > 0 and row["library_ms"] > 0 for row in result["shapes"])
     assert "| rmsnorm | memory-bound | accepted |" in (tmp_path / "a" / "results.md").read_text()
+    assert op["kernel"].startswith("# scripted-configs:") and len(op["sweep"]) == 4  # three configurations, a summary
+    assert all(line.endswith("}") for line in op["sweep"][:3])  # each named by its configuration
     other = json.loads((tmp_path / "a" / "results.json").read_text())
     other["operators"] = {"gemm": dict(op, verdict="rejected")}
     other["shapes"] = [dict(result["shapes"][0], operator="gemm")]
