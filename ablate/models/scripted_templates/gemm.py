@@ -1,4 +1,4 @@
-# scripted-configs: [{"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 0}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 4, "persistent": 0}, {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 1}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 4, "persistent": 1}, {"block_m": 256, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 0}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 4, "num_stages": 4, "persistent": 0}, {"block_m": 128, "block_n": 64, "block_k": 64, "group_m": 8, "num_warps": 4, "num_stages": 4, "persistent": 0}, {"block_m": 64, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 4, "num_stages": 4, "persistent": 0}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 16, "num_warps": 8, "num_stages": 3, "persistent": 1}, {"block_m": 128, "block_n": 128, "block_k": 32, "group_m": 8, "num_warps": 4, "num_stages": 5, "persistent": 0}]
+# scripted-configs: [{"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 0, "tma": 1}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 4, "persistent": 0, "tma": 1}, {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 1, "tma": 1}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 4, "persistent": 1, "tma": 1}, {"block_m": 256, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 0, "tma": 1}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 4, "num_stages": 4, "persistent": 0, "tma": 1}, {"block_m": 128, "block_n": 64, "block_k": 64, "group_m": 8, "num_warps": 4, "num_stages": 4, "persistent": 0, "tma": 1}, {"block_m": 64, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 4, "num_stages": 4, "persistent": 0, "tma": 1}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 16, "num_warps": 8, "num_stages": 3, "persistent": 1, "tma": 1}, {"block_m": 128, "block_n": 128, "block_k": 32, "group_m": 8, "num_warps": 4, "num_stages": 5, "persistent": 0, "tma": 1}, {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 0, "tma": 0}, {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 4, "persistent": 0, "tma": 0}]
 """GEMM c = a @ b.T in Triton: tensor-core dots accumulated in float32 over tiles fetched by the
 bulk tensor copy engine (host-side TMA descriptors; out-of-range rows and columns read as zero and
 are clipped on store, so M, N, K need no masks), `num_stages` tiles deep in shared memory. Output
@@ -9,7 +9,8 @@ Shared memory per program: num_stages * (block_m + block_n) * block_k * 2 B for 
 block_m * block_n * 2 B for the output tile; every listed configuration stays under the 227 KB a
 block may have on sm_90 (e.g. 128x256x64, 3 stages: 144 KB + 64 KB).
 A row stride that is not a multiple of 16 bytes (K or N not a multiple of 8) cannot be described
-to the copy engine: such shapes use the same tiles with masked pointer loads."""
+to the copy engine: such shapes, and tma = 0, use the same tiles with masked pointer loads (one
+program per tile)."""
 import os
 
 import torch
@@ -17,7 +18,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-CONFIG = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 0}
+CONFIG = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3, "persistent": 0, "tma": 1}
 SHAPE_CONFIGS = {}  # "M=..,N=..,K=..": a configuration measured faster on that shape
 
 
@@ -89,7 +90,7 @@ def kernel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     BM, BN, BK = cfg["block_m"], cfg["block_n"], cfg["block_k"]
     upcast = os.environ.get("TRITON_INTERPRET") == "1" and a.dtype == torch.bfloat16
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
-    if _describable(a, b, c):
+    if cfg["tma"] and _describable(a, b, c):
         n_programs = min(tiles, _num_sms(a.device)) if cfg["persistent"] else tiles
         _gemm_tma[(n_programs,)](
             TensorDescriptor.from_tensor(a, [BM, BK]), TensorDescriptor.from_tensor(b, [BN, BK]),
