@@ -8,7 +8,7 @@ nothing of the project) and starts from BOOT, which loads the evaluator's own mo
 directory privately: with a private copy of the builtins, and gone from sys.modules before the
 submission is imported, so the submission can neither import nor patch them. Before the import
 the driver binds everything it relies on (C-level torch, os and socket callables, the timing
-stream, the L2 flush buffer) and installs the audit-hook guard (_guard). The submission never
+stream, the L2 flush buffer, the device trace) and installs the audit-hook guard (_guard). The submission never
 sees a seed, a shape list or the reference: only the inputs of the call it is in.
 
 Protocol (judge -> candidate): go {entry, device, timing, cuda_graph, library_ops}; per input set
@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 
-from ablate.evaluate import _channel, _guard, _integrity, _tensors, _timing
+from ablate.evaluate import _channel, _guard, _integrity, _tensors, _timing, _trace
 
 _perf = time.perf_counter
 _listdir = os.listdir
@@ -94,9 +94,9 @@ class OpWatch:
 
 
 class Driver:
-    def __init__(self, go: dict, torch, device: str, snapshot, ch, guard_log, stream, flush, l2):
+    def __init__(self, go: dict, torch, device: str, snapshot, ch, guard_log, stream, flush, l2, trace=None):
         self.go, self.torch, self.device, self.snapshot, self.ch = go, torch, device, snapshot, ch
-        self.guard_log, self.stream, self.flush, self.l2 = guard_log, stream, flush, l2
+        self.guard_log, self.stream, self.flush, self.l2, self.trace = guard_log, stream, flush, l2, trace
         self.sync = torch._C._cuda_synchronize if device == "cuda" else (lambda: None)
         self.empty, self.fill, self.equal, self.clone = torch.empty, torch._C.TensorBase.fill_, torch.equal, \
             torch._C.TensorBase.clone
@@ -233,7 +233,8 @@ class Driver:
         try:
             est = sorted(self.call_ms)[len(self.call_ms) // 2] if self.call_ms else None
             result = _timing.measure(self.fn, live, sources, device=self.device, graph=bool(self.go.get("cuda_graph")),
-                                     l2=self.l2, est_ms=est, keep=keep, stream=self.stream, flush=self.flush)
+                                     l2=self.l2, est_ms=est, keep=keep, stream=self.stream, flush=self.flush,
+                                     trace=self.trace)
         except BaseException as e:
             reason = classify(e)
             if self.go.get("cuda_graph") and "graph" in _tb(e).lower() and reason == "exception":
@@ -295,7 +296,7 @@ class Driver:
 
 
 def prepare(device_request: str):
-    """Imports and captures, before any submitted code: returns (torch, device, snapshot)."""
+    """Imports and captures, before any submitted code: returns (torch, device, snapshot, trace)."""
     import torch
 
     from ablate.evaluate import _gpu
@@ -311,7 +312,17 @@ def prepare(device_request: str):
             triton.runtime.driver.active.get_current_target()  # in this evaluation's fresh cache
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
-    return torch, device, _integrity.Snapshot()
+    trace = None
+    if device == "cuda":
+        trace = _trace.DeviceTrace()
+        if trace.available:  # CUPTI's first start loads and sets up its library: now, not in a timed loop
+            try:
+                trace.start()
+                torch.zeros(1, device="cuda").add_(1)
+                trace.stop()
+            except Exception as e:  # noqa: BLE001
+                trace.available, trace.why = False, f"the profiler would not start: {type(e).__name__}: {e}"
+    return torch, device, _integrity.Snapshot(), trace
 
 
 def _forget_kit(finder) -> None:
@@ -325,7 +336,7 @@ def _forget_kit(finder) -> None:
             del sys.modules[name]
 
 
-def run(go: dict, ch, torch, device: str, snapshot, finder) -> int:
+def run(go: dict, ch, torch, device: str, snapshot, finder, trace=None) -> int:
     ch.send_key = bytes.fromhex(go["key"])  # from now on only the driver can speak
     if go.get("device") != device:
         ch.send("import", reason="crash", message=f"candidate sees device {device}, judge {go.get('device')}",
@@ -340,7 +351,7 @@ def run(go: dict, ch, torch, device: str, snapshot, finder) -> int:
     from operators import _entries
 
     guard_log = _guard.install(os.path.dirname(go["submission"]), go["kit"])
-    driver = Driver(go, torch, device, snapshot, ch, guard_log, stream, flush, l2)
+    driver = Driver(go, torch, device, snapshot, ch, guard_log, stream, flush, l2, trace)
     driver.entries = _entries
     _forget_kit(finder)
     driver.run(go["submission"])
@@ -350,7 +361,7 @@ def run(go: dict, ch, torch, device: str, snapshot, finder) -> int:
 def _serve(fd: int, prepared, finder) -> int:
     from ablate.evaluate import _gpu
 
-    torch, device, snapshot = prepared
+    torch, device, snapshot, trace = prepared
     _gpu.cpu_threads_warm()  # here, not in the zygote: a forked child has none of its parent's threads
     ch = _channel.Channel.from_fd(fd, encode=_encoder())
     ch.send("hello", pid=os.getpid())
@@ -358,7 +369,7 @@ def _serve(fd: int, prepared, finder) -> int:
     msg = got[0] if got else {}
     if msg.get("kind") != "go":
         return 0  # the judge gave up before starting (a bad request)
-    code = run(msg, ch, torch, device, snapshot, finder)
+    code = run(msg, ch, torch, device, snapshot, finder, trace)
     sys.stdout.flush()
     sys.stderr.flush()
     return code

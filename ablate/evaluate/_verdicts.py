@@ -9,6 +9,11 @@
   A time below the floor by more than the noise margin is rejected (below_roofline); within it,
   sol_fraction is reported as 1.0 and the row says so.
 - The device still busy after the timed stream finished means work was left on another stream.
+- The device's own record of the calls (CUPTI, see _trace) must agree with the events: the traced
+  block's median device span longer than the timed calls' median event time, past the noise
+  margin, means the event times were rewritten (timing_disagrees); so does a trace the
+  submission broke. A GPU where no
+  trace could be taken is said in the row (flag no_device_trace), not hidden.
 - A speedup above FLAG_SPEEDUP over the best library is flagged for a human look.
 """
 from __future__ import annotations
@@ -20,6 +25,8 @@ FLAG_SPEEDUP = 3.0
 # the device busy after the timed stream is done, by more than 50 us and a quarter of the event
 # time: work was left on another stream (an idle device syncs in a few microseconds)
 STREAM_LAG_MS, STREAM_LAG_FRACTION = 0.05, 0.25
+# events resolve about half a microsecond; CUPTI's timestamps, nanoseconds
+TRACE_SLACK_MS = 0.002
 
 
 def floor_ms(op, shape: dict, ceilings: dict, l2_bytes: int | None) -> float:
@@ -53,6 +60,20 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
     if isinstance(lag, (int, float)) and lag > max(STREAM_LAG_MS, STREAM_LAG_FRACTION * med):
         fails.setdefault("stream_mismatch", f"the device stayed busy {lag:.4f} ms after the timed stream finished "
                                             f"(events: {med:.4f} ms; wall-clock with a full sync: {wall:.4f} ms)")
+    trace = timing.get("trace")
+    if isinstance(trace, str) and trace.startswith("unavailable"):
+        row.setdefault("flags", []).append("no_device_trace")
+        row["trace_note"] = trace
+    else:
+        ran.add("timing_disagrees")
+        span = trace.get("median") if isinstance(trace, dict) else None
+        if not isinstance(span, (int, float)) or not math.isfinite(span) or span < 0:
+            fails.setdefault("timing_disagrees", f"no device trace of the timed calls: {str(trace):.200}")
+        else:
+            row["trace_ms"] = span
+            if span > med * (1 + NOISE) + TRACE_SLACK_MS:
+                fails.setdefault("timing_disagrees", f"the device ran each timed call for {span:.4f} ms (median, "
+                                                     f"CUPTI), the events say {med:.4f} ms")
     if ceilings:
         ran.add("below_roofline")
         floor = floor_ms(op, shape, ceilings, l2_bytes)

@@ -14,9 +14,11 @@ def test_honest_triton_is_accepted_with_gpu_timing(judged):
     assert r["verdict"] == "accepted", r["details"]
     assert r["timing"] == "cuda-events" and "NVIDIA" in r["device"]["name"] and r["device"]["driver"]
     assert r["ceilings"]["copy_gbps"] > 100 and r["ceilings"]["matmul_tflops"] > 10
-    for check in ("below_roofline", "stream_mismatch", "stale_output", "l2_persistence", "thread_injection"):
+    for check in ("below_roofline", "stream_mismatch", "stale_output", "l2_persistence", "thread_injection",
+                  "timing_disagrees"):
         assert r["checks"][check] == "pass", check
     s = r["shapes"][0]
+    assert 0 < s["trace_ms"] <= s["time_ms"]["median"] * 1.02 + 0.002  # CUPTI's span inside the events
     assert s["correct"] and s["time_ms"]["n"] >= 20 and s["time_ms"]["p10"] <= s["time_ms"]["median"]
     assert 0.05 < s["sol_fraction"] <= 1.0
     assert "torch_F.rms_norm" in s["baselines_ms"] and s["speedup_vs_best"] > 0
