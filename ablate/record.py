@@ -10,6 +10,8 @@ Version history (``from_dict`` upgrades every older one):
      the files the agent saw), ``attempt`` and ``failures`` (the failures of earlier attempts),
      ``environment_key``. The stored top-level ``verdict`` is a copy of the evaluation's, for
      plain-JSON readers; the typed record derives it from the evaluation it holds.
+     Later, optional (absent in older version-2 records, read as empty): ``snapshots``, the
+     copies of kernel.py taken along the trial (ablate.snapshots).
 
 Failures are classified here, once: an infrastructure failure (the model API down after its
 retries, the evaluator broken, the node or process lost) says nothing about the agent; it never
@@ -60,6 +62,7 @@ class TrialRecord:
     finished_at: str | None = None
     attempt: int = 1  # 1 + the failed attempts before this one
     failures: list[dict[str, Any]] = field(default_factory=list)  # those attempts' failures
+    snapshots: dict[str, Any] = field(default_factory=dict)  # kernel.py along the trial (ablate.snapshots)
     schema: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know, kept
     # Set when read, never stored: which evaluation `evaluation` is ("original" or a rescoring's

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import operators
-from ablate import models
+from ablate import models, snapshots
 from ablate.record import TrialRecord, failure_of
 from ablate.sandbox import Limits, Workspace
 from ablate.store import Store, TrialWriter
@@ -205,7 +205,10 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
                 if progress:
                     progress(result)
 
-            agent = harness.run(model, task, ws, budget, progress=on_turn)
+            # kernel.py after every tool call that changed it, for every arm alike: trusted points
+            # along the trial once judged (python -m ablate.rescore --snapshots)
+            snaps = snapshots.Snapshots(ws, writer.path / snapshots.FOLDER)
+            agent = harness.run(model, task, ws, budget, progress=on_turn, after_tool=snaps.after_tool)
             writer.messages(agent.messages)
             writer.log(f"agent ended: {agent.end_reason} after {agent.turns} turns")
             t0 = time.monotonic()
@@ -222,7 +225,8 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
             writer.log(f"verdict: {evaluation.get('verdict')} {','.join(evaluation.get('reasons') or [])}")
             writer.write("evaluation.json", json.dumps(evaluation, indent=1, default=str))
             record = trial_record(spec, model, harness.describe(), agent, evaluation, eval_s, env,
-                                  ws.describe() if hasattr(ws, "describe") else {}, started, op, attempt, failures)
+                                  ws.describe() if hasattr(ws, "describe") else {}, started, op, attempt, failures,
+                                  snaps.describe())
             return writer.commit(record)
     except BaseException as e:
         writer.fail(failure_of(e), paid=model.usage.to_dict())
@@ -231,8 +235,9 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
 
 def trial_record(spec: TrialSpec, model, harness: dict[str, Any], agent, evaluation: dict[str, Any], eval_s: float,
                  env: dict[str, Any], sandbox: dict[str, Any], started: str, op=None, attempt: int = 1,
-                 failures: list[dict[str, Any]] | None = None) -> TrialRecord:
-    """The record of one finished trial (``model``: the recorder; ``agent``: the AgentResult)."""
+                 failures: list[dict[str, Any]] | None = None, snapshots: dict[str, Any] | None = None) -> TrialRecord:
+    """The record of one finished trial (``model``: the recorder; ``agent``: the AgentResult;
+    ``snapshots``: ablate.snapshots.Snapshots.describe())."""
     op = op or _operator(spec)
     return TrialRecord(
         trial_id=spec.trial_id, study=spec.study, arm=spec.arm, match_key=spec.match_key,
@@ -245,6 +250,7 @@ def trial_record(spec: TrialSpec, model, harness: dict[str, Any], agent, evaluat
         end_reason=agent.end_reason, evaluation=evaluation, evaluation_s=round(eval_s, 3),
         environment=env, sandbox=sandbox, started_at=started,
         finished_at=datetime.now(timezone.utc).isoformat(), attempt=attempt, failures=list(failures or []),
+        snapshots=dict(snapshots or {}),
     )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ablate import snapshots
 from ablate.store import problems, read_records
 
 BUDGETS = ("turns", "tokens", "cost_usd", "wall_s", "tool_s", "gpu_s")  # end reasons that are budget limits
@@ -289,8 +290,11 @@ def activity(records: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]
 
     progress: a row per trusted evaluation during a trial with what had been spent when it came
     back: the agent's ``evaluate`` tool results (public shapes), evaluation events the harness
-    recorded (``agent.events`` or ``mechanisms``, when they carry a speedup and a turn), and the
-    final judgement (``final``: eval shapes) at the trial's total spend.
+    recorded (``agent.events`` or ``mechanisms``, when they carry a speedup and a turn), the
+    trusted judgements of the kernel.py snapshots taken along the trial (``snapshot``: public
+    shapes, at the spend recorded with the snapshot; those of the final evaluation's device and
+    evaluator version only, see ``_snapshot_points``), and the final judgement (``final``: eval
+    shapes) at the trial's total spend.
     use: a row per (trial, what, count): tool calls (``tool:bash``), events (``event:review``) and
     the numbers of the record's ``mechanisms`` section (``knowledge.queries``), where present."""
     progress, use = [], []
@@ -341,10 +345,39 @@ def _trial_points(r: dict[str, Any], transcript: list[dict[str, Any]], d: Path |
             points.append({"source": str(e.get("event", "event")), "turn": e["turn"], "tokens": _num(e.get("tokens")),
                            "cost_usd": _num(e.get("cost_usd")), "accepted": e.get("verdict", "accepted") == "accepted",
                            "speedup": float(value)})
+    points += _snapshot_points(r, d)
     ev, usage, agent = r.get("evaluation") or {}, r.get("usage") or {}, r.get("agent") or {}
     points.append({"source": "final", "turn": _num(agent.get("turns")), "tokens": _num(usage.get("total_tokens"), 0.0),
                    "cost_usd": _num(usage.get("cost_usd"), 0.0), "accepted": ev.get("verdict") == "accepted",
                    "speedup": _num(ev.get("geomean_speedup"))})
+    return points
+
+
+def _snapshot_points(r: dict[str, Any], d: Path | None) -> list[dict[str, Any]]:
+    """A point per snapshot the record lists and ``python -m ablate.rescore --snapshots`` judged:
+    only judgements made on the device and by the evaluator version of the trial's final
+    evaluation (figures of two machines or versions never mix on one curve), and only where the
+    evaluator's own hash of what it judged is the snapshot's (a file swapped in later counts for
+    nothing). Several such judgements of one snapshot: the newest."""
+    taken = snapshots.taken(r.get("snapshots"))
+    if not taken or d is None:
+        return []
+    judged = snapshots.judgements(d)
+    ev = r.get("evaluation") or {}
+    device = (ev.get("device") or {}).get("name") or (r.get("environment") or {}).get("gpu") or "cpu"
+    version = ev.get("evaluator_version")
+    points = []
+    for snap in taken:
+        fits = [e for e in judged.get(snap["file"], [])
+                if _dict(e["evaluation"].get("device")).get("name") == device
+                and (version is None or e["evaluation"].get("evaluator_version") == version)
+                and e["evaluation"].get("submission_sha256") == snap["sha256"] == _dict(e.get("snapshot")).get("sha256")]
+        if not fits:
+            continue
+        e = max(fits, key=lambda e: str(e.get("judged_at") or ""))["evaluation"]
+        points.append({"source": "snapshot", "turn": _num(snap.get("turn")), "tokens": _num(snap.get("tokens")),
+                       "cost_usd": _num(snap.get("cost_usd")), "accepted": e.get("verdict") == "accepted",
+                       "speedup": _num(e.get("geomean_speedup"))})
     return points
 
 

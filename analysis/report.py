@@ -28,6 +28,7 @@ def notes(s: dict[str, Any]) -> list[str]:
         lines += [f"  {where}: {why}" for where, why in s["skipped"]]
     lines += s["variants"]
     lines += tables.refusal_lines(s["refusals"])
+    lines += s.get("footing", [])
     return lines
 
 
@@ -119,7 +120,10 @@ def write(path: Path | str, out: Path | str, baseline: str | None = None, reject
             plots.forest(one(s.get("ratios")), out / "plots" / f"ratios-{timing}.png", "arm ratios" + suffix),
             plots.sol_fraction(one(s["operators"]), out / "plots" / f"sol-{timing}.png", "speed-of-light fraction" + suffix),
             plots.best_so_far({by: one(s[f"best_by_{by}"]) for by in ("turn", "tokens", "cost_usd")},
-                              out / "plots" / f"best-so-far-{timing}.png", "best so far at equal spend" + suffix),
+                              out / "plots" / f"best-so-far-{timing}.png",
+                              ("best so far, NOT at equal footing (see the notes)" if any(
+                                  line.startswith(f"best-so-far ({timing},") for line in s.get("footing", []))
+                               else "best so far at equal spend") + suffix),
         ]
         images += [p for p in made if p]
     _progress(f"analysis: {len(images)} plots written to {out / 'plots'}", quiet)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ablate import snapshots
 from analysis import frames, stats
 
 OUTCOMES = ("accepted", "rejected", "crashed", "no_submission")
@@ -344,6 +345,29 @@ def best_so_far(progress: pd.DataFrame, df: pd.DataFrame, by: str = "turn", reje
     return pd.DataFrame(rows)
 
 
+def footing_lines(progress: pd.DataFrame, df: pd.DataFrame, records: list[dict[str, Any]],
+                  path: Path | str = "runs/<study>") -> list[str]:
+    """One line per (timing, model) whose best-so-far curves are not at equal footing: some arms
+    have trusted points during their trials (evaluate results, judged snapshots) and other arms
+    none, so those score ``rejected_as`` until their end. Names the fix when snapshots wait to be judged."""
+    if progress.empty or df.empty:
+        return []
+    during = set(progress.loc[progress["source"] != "final", "trial_id"])
+    unjudged = {r["trial_id"] for r in records if snapshots.taken(r.get("snapshots"))} - during
+    lines = []
+    for (timing, model), g in df.groupby(["timing", "model"], sort=True, dropna=False):
+        has = g.groupby("arm")["trial_id"].agg(lambda ids: bool(during & set(ids)))
+        if has.all() or not has.any():
+            continue
+        without = sorted(has[~has].index)
+        waiting = int(g[g["arm"].isin(without)]["trial_id"].isin(unjudged).sum())
+        lines.append(f"best-so-far ({timing}, {model}): not at equal footing: {', '.join(sorted(has[has].index))} "
+                     f"have trusted points during their trials, {', '.join(without)} only the final judgement"
+                     + (f"; {waiting} of their trials have snapshots to judge: python -m ablate.rescore {path} --snapshots"
+                        if waiting else ""))
+    return lines
+
+
 def rejection_table(df: pd.DataFrame) -> pd.DataFrame:
     """How many trials each evaluator check rejected, per arm, so a reader sees the checks at
     work. A trial rejected for several reasons counts under each; one never judged (no
@@ -382,6 +406,6 @@ def summary(path: Path | str, baseline: str | None = None, rejected_as: float | 
         out["refusals"] = [r for *_, refused in paired for r in refused]
     if activity:
         progress, use = frames.activity(records)
-        out.update(progress=progress, mechanisms=mechanism_table(df, use),
+        out.update(progress=progress, mechanisms=mechanism_table(df, use), footing=footing_lines(progress, df, records, path),
                    **{f"best_by_{by}": best_so_far(progress, df, by, rejected_as) for by in ("turn", "tokens", "cost_usd")})
     return out

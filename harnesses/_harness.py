@@ -34,7 +34,8 @@ class Harness:
     def system_prompt(self, task: Task) -> str:
         return "\n\n".join([core_system()] + [s for m in self.mechanisms if (s := m.system(task))])
 
-    def run(self, model: Model, task: Task, ws: Workspace, budget: Budget, progress=None) -> AgentResult:
+    def run(self, model: Model, task: Task, ws: Workspace, budget: Budget, progress=None,
+            after_tool=None) -> AgentResult:
         for m in self.mechanisms:
             for name, data in m.files(task).items():
                 ws.write(name, data)  # owned by the sandbox user, so the agent may edit its copy
@@ -46,7 +47,8 @@ class Harness:
                     raise ValueError(f"mechanism {m.name} redefines the tool {name!r}")
                 tools[name], owners[name] = _guarded(name, tool), m.name
         result = run_loop(model, self.system_prompt(task), task.prompt(budget), tools, budget, owners=owners,
-                          before_submit=[m.before_submit for m in self.mechanisms], progress=progress)
+                          before_submit=[m.before_submit for m in self.mechanisms], progress=progress,
+                          after_tool=after_tool)
         result.mechanisms = {m.name: m.use() for m in self.mechanisms}
         return result
 

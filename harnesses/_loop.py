@@ -141,10 +141,12 @@ class LoopState:
 
 
 def run_loop(model: Model, system: str, prompt: str, tools: dict[str, Tool], budget: Budget,
-             owners: dict[str, str] | None = None, before_submit=(), progress=None) -> AgentResult:
+             owners: dict[str, str] | None = None, before_submit=(), progress=None, after_tool=None) -> AgentResult:
     """Run until submit or a budget ends it. ``owners`` maps a tool to who is charged for it
     (default "core"). ``before_submit``: callables(LoopState) -> str | None, in order; a string
-    defers the submit and is returned to the agent as the submit tool's result."""
+    defers the submit and is returned to the agent as the submit tool's result. ``after_tool``:
+    called with (LoopState, tool name) after every tool call, of every arm alike (the trial's
+    snapshots of kernel.py, ablate.snapshots)."""
     owners = owners or {}
     specs = [t.spec for t in tools.values()]
     messages = [Message(role="user", content=prompt)]
@@ -185,6 +187,8 @@ def run_loop(model: Model, system: str, prompt: str, tools: dict[str, Tool], bud
                 continue
             tool_result = _run_tool(tools, call)
             state.charge_tool(owners.get(call.name, "core"), tool_result)
+            if after_tool:
+                after_tool(state, call.name)
             if tool_result.submitted:
                 try:
                     deferral = next((msg for check in before_submit if (msg := check(state))), None)
