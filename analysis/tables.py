@@ -362,8 +362,8 @@ def footing_lines(progress: pd.DataFrame, df: pd.DataFrame, records: list[dict[s
         without = sorted(has[~has].index)
         waiting = int(g[g["arm"].isin(without)]["trial_id"].isin(unjudged).sum())
         lines.append(f"best-so-far ({timing}, {model}): not at equal footing: {', '.join(sorted(has[has].index))} "
-                     f"have trusted points during their trials, {', '.join(without)} only the final judgement"
-                     + (f"; {waiting} of their trials have snapshots to judge: python -m ablate.rescore {path} --snapshots"
+                     f"with trusted points during the trial, {', '.join(without)} with only the final judgement"
+                     + (f"; {waiting} trial(s) of those have snapshots to judge: python -m ablate.rescore {path} --snapshots"
                         if waiting else ""))
     return lines
 

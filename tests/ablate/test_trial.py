@@ -191,3 +191,19 @@ def test_an_evaluator_failure_is_an_infrastructure_failure_not_a_verdict(tmp_pat
         run_trial(s, store)
     assert store.failures("t", s.trial_id)[0]["cause"] == "evaluator_failure"
     assert read_records(store.root) == []
+
+
+def test_every_change_of_kernel_py_is_snapshotted_with_the_spend_so_far(tmp_path):
+    writes = [f"def kernel(x, w):\n    return x  # version {i}\n" for i in range(3)]
+    s = spec(actions=[{"tool": "write_file", "args": {"path": "kernel.py", "content": writes[0]}},
+                      {"tool": "bash", "args": {"command": "echo looking"}},  # no change: no snapshot
+                      {"tool": "write_file", "args": {"path": "kernel.py", "content": writes[1]}},
+                      {"tool": "write_file", "args": {"path": "kernel.py", "content": writes[2]}},
+                      {"tool": "submit", "args": {}}])
+    path = run_trial(s, Store(tmp_path / "store"))
+    rec = TrialRecord.from_dict(json.loads((path / "record.json").read_text()), path=path)
+    taken = rec.snapshots["taken"]
+    assert [t["turn"] for t in taken] == [1, 3, 4]
+    assert taken[0]["tokens"] < taken[1]["tokens"] < taken[2]["tokens"] <= rec.usage["total_tokens"]
+    assert [(path / "snapshots" / t["file"]).read_text() for t in taken] == writes
+    assert rec.snapshots["not_kept"] == {} and not (path / "workspace" / "snapshots").exists()  # out of the agent's reach

@@ -69,6 +69,16 @@ def test_cli_prints_the_tables_and_writes_the_report(study, tmp_path, capsys):
     assert main([str(study), "--rejected-as", "often"]) == 2
 
 
+def test_curves_not_at_equal_footing_are_said_in_the_report_not_plotted_silently(tmp_path):
+    write_trial(tmp_path, "kda05", 0, 1.5, evaluate_calls=[1.2])  # trusted points during its trial
+    write_trial(tmp_path, "goal_only", 0, 1.0)  # only its final judgement (no evaluate tool, no snapshots)
+    index = report.write(tmp_path / "study", tmp_path / "r", "goal_only", quiet=True)
+    line = ("best-so-far (cuda, scripted-kernel-search-v1): not at equal footing: kda05 with trusted points during "
+            "the trial, goal_only with only the final judgement")
+    assert f"- {line}" in (tmp_path / "r" / "tables.md").read_text()
+    assert html.escape(line) in index.read_text()
+
+
 def test_a_store_of_only_broken_records_still_gets_a_report(tmp_path):
     d = tmp_path / "s" / "t1"
     d.mkdir(parents=True)

@@ -276,3 +276,63 @@ def test_no_rejections_no_table(tmp_path):
     write_trial(tmp_path, "goal_only", 0, 2.0)
     assert tables.rejection_table(tables.trials(tmp_path)).empty
     assert "by evaluator check" not in report.text(tmp_path / "study")
+
+
+def _snapshots(trial_dir, speedups, judged_on="NVIDIA H200", version=None):
+    """Give a trial the snapshots a run takes (one per turn) and, unless judged_on is None, the
+    judgements `python -m ablate.rescore --snapshots` stores (None: a rejected snapshot)."""
+    import hashlib
+
+    rec = json.loads((trial_dir / "record.json").read_text())
+    taken = []
+    (trial_dir / "snapshots" / "evaluations").mkdir(parents=True)
+    for turn, sp in enumerate(speedups, 1):
+        data = f"def kernel(x, w):\n    return x  # {turn}\n".encode()
+        snap = {"turn": turn, "tokens": 100 * turn, "cost_usd": 0.05 * turn, "sha256": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data), "file": f"turn-{turn:04d}.py", "tool": "write_file"}
+        (trial_dir / "snapshots" / snap["file"]).write_bytes(data)
+        taken.append(snap)
+        if judged_on:
+            ev = {"verdict": "accepted" if sp else "rejected", "geomean_speedup": sp, "device": {"name": judged_on},
+                  "submission_sha256": snap["sha256"], "evaluator_version": version}
+            (trial_dir / "snapshots" / "evaluations" / f"turn-{turn:04d}--x.json").write_text(
+                json.dumps({"snapshot": snap, "evaluation": ev, "judged_at": "2026-12-02T00:00:00"}))
+    rec["snapshots"] = {"file": "kernel.py", "taken": taken, "not_kept": {}}
+    (trial_dir / "record.json").write_text(json.dumps(rec))
+
+
+def test_best_so_far_says_when_some_arms_have_points_during_their_trials_and_others_none(tmp_path):
+    write_trial(tmp_path, "kda05", 0, 2.0, turns=4, evaluate_calls=[1.5])
+    goal = write_trial(tmp_path, "goal_only", 0, 2.0, turns=4)
+    _snapshots(goal, [None, 1.8, 2.5], judged_on=None)  # taken, not judged yet
+    s = tables.summary(tmp_path, "goal_only", activity=True)
+    [line] = s["footing"]
+    assert line.startswith("best-so-far (cuda, scripted-kernel-search-v1): not at equal footing: kda05 with trusted")
+    assert "goal_only with only the final judgement" in line and "1 trial(s) of those have snapshots to judge" in line
+    assert f"python -m ablate.rescore {tmp_path} --snapshots" in line and line in report.notes(s)
+    curve = s["best_by_turn"].set_index(["arm", "turn"])["speedup"]
+    assert curve.loc["goal_only"].iloc[1:-1].eq(1.0).all()  # what the note warns of: 1.0x until its end
+
+    (goal / "snapshots").rename(tmp_path / "unjudged")
+    _snapshots(goal, [None, 1.8, 2.5])  # now judged: goal_only has points before its end
+    s = tables.summary(tmp_path, "goal_only", activity=True)
+    assert s["footing"] == []
+    g = s["best_by_turn"].set_index(["arm", "turn"])["speedup"].loc["goal_only"]
+    assert g[(g.index >= 2) & (g.index < 3)].iloc[0] == pytest.approx(1.8) and g.iloc[-1] == pytest.approx(2.5)
+    pr = s["progress"]
+    assert list(pr.loc[pr["source"] == "snapshot", "tokens"]) == [100, 200, 300]
+
+
+def test_a_snapshot_judged_on_another_device_or_evaluator_version_is_no_point(tmp_path):
+    a = write_trial(tmp_path, "goal_only", 0, 2.0, turns=4, gpu=True)
+    _snapshots(a, [3.0], judged_on="cpu")  # interpreter figures on a GPU study's curve: never
+    b = write_trial(tmp_path, "goal_only", 1, 2.0, turns=4, gpu=True, record_extra=None)
+    ev = json.loads((b / "record.json").read_text())
+    ev["evaluation"]["evaluator_version"] = "3"
+    (b / "record.json").write_text(json.dumps(ev))
+    _snapshots(b, [3.0], version="2")  # an older evaluator's judgement beside a version-3 final
+    c = write_trial(tmp_path, "goal_only", 2, 2.0, turns=4, gpu=True)
+    _snapshots(c, [3.0])
+    progress, _ = frames.activity(frames.load(tmp_path)[0])
+    points = progress[progress["source"] == "snapshot"]
+    assert list(points["seed"]) == [2] and list(points["speedup"]) == [3.0]

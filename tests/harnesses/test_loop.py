@@ -137,3 +137,15 @@ def test_calls_after_a_submit_in_the_same_turn_do_not_run():
     r = run_loop(FakeModel([both]), "sys", "task", tools(log), Budget(turns=5))
     assert r.submitted and log == []
     assert [m.content for m in r.messages if m.role == "tool"] == ["ok", "not run: the trial has ended"]
+
+
+def test_after_tool_runs_after_every_tool_call_with_the_spend_so_far():
+    two = Response("", [ToolCall("a", "echo", {"x": 1}), ToolCall("b", "nope", {})], Usage(10, 5, cost_usd=0.5, calls=1),
+                   "tool_use")
+    seen = []
+    r = run_loop(FakeModel([call("echo"), two, call("submit")]), "s", "p", tools([]), Budget(turns=5),
+                 after_tool=lambda state, tool: seen.append((tool, state.result.turns, state.result.usage.total_tokens,
+                                                             state.result.usage.cost_usd)))
+    assert r.end_reason == "submitted"
+    # an unknown tool is a tool call too: the agent may have changed files before it
+    assert seen == [("echo", 1, 15, 0.0), ("echo", 2, 30, 0.5), ("nope", 2, 30, 0.5), ("submit", 3, 45, 0.5)]
