@@ -270,6 +270,7 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
         result["trace"] = stats(spans) if isinstance(spans, list) else spans
         if isinstance(spans, list):
             result["trace"]["events_median"] = stats([_elapsed(s, e) for s, e in zip(tstarts, tends)])["median"]
+            result["trace"]["ops"] = _trace.kernel_ops(recs)
     elif trace is not None:
         result["trace"] = "unavailable: " + str(trace.why)
     while keep is not None and kept < MIN_KEPT:
