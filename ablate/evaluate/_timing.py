@@ -227,6 +227,7 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
     n = min(max_calls, max(min_calls, k, n), max(min_calls, k, int(max_wall_s * 1e3 / (est + flush_ms + 0.02))))
     starts = [_Event(enable_timing=True) for _ in range(n)]
     ends = [_Event(enable_timing=True) for _ in range(n)]
+
     def block(first, count, starts, ends):
         """count calls from call number first; returns how many were kept."""
         got = 0
@@ -242,6 +243,18 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
         _sync()
         return got
 
+    def top_up(i, got):
+        """More calls, shaped like the timed ones and each kept, until got reaches MIN_KEPT."""
+        while keep is not None and got < MIN_KEPT:
+            i += 1
+            s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+            j = _rand_below(k)
+            out, moves = one(j, s, e)
+            _esync(e)
+            keep(i, j, moves, _outs(out))
+            got += 1
+        return i, got
+
     kept = block(0, n, starts, ends)
     i = n - 1
     result = stats([_elapsed(s, e) for s, e in zip(starts, ends)])
@@ -256,30 +269,15 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
         kept_t = block(n, nt, tstarts, tends)
         traced = False
         recs = trace.stop()
-        i += nt
-        while keep is not None and kept_t < MIN_KEPT:  # the traced block's own share of checked calls
-            i += 1
-            s, e = _Event(enable_timing=True), _Event(enable_timing=True)
-            j = _rand_below(k)
-            out, moves = one(j, s, e)
-            _esync(e)
-            keep(i, j, moves, _outs(out))
-            kept_t += 1
-        kept += kept_t
+        i, _ = top_up(i + nt, kept_t)  # the traced block's own share of checked calls
         spans = _trace.call_spans(recs, nt) if isinstance(recs, list) else recs
         result["trace"] = stats(spans) if isinstance(spans, list) else spans
         if isinstance(spans, list):
             result["trace"]["events_median"] = stats([_elapsed(s, e) for s, e in zip(tstarts, tends)])["median"]
+            result["trace"]["ops"] = _trace.kernel_ops(recs)
     elif trace is not None:
         result["trace"] = "unavailable: " + str(trace.why)
-    while keep is not None and kept < MIN_KEPT:
-        i += 1
-        s, e = _Event(enable_timing=True), _Event(enable_timing=True)
-        j = _rand_below(k)
-        out, moves = one(j, s, e)
-        _esync(e)
-        keep(i, j, moves, _outs(out))
-        kept += 1
+    top_up(i, kept)  # and the timed calls' own
     # wall-clock cross-check: after the timed stream is done, how long until the whole device is?
     # Work left on another stream shows up as that lag, whatever the host overhead of the call.
     walls, lags = [], []

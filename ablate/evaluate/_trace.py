@@ -92,7 +92,8 @@ def records(events, name: str, cpu) -> list[tuple]:
     """Kineto events as (kind, start_ns, end_ns, correlation): kind "range" for the driver's
     ranges before calls, "aside" for its other ranges, "launch" for CUDA API calls (their
     correlation ids are the device activities'; an operator's own id is another counter, which
-    collides with them), "device" for what ran on the device."""
+    collides with them), "device" for what ran on the device, and "op" for an ATen operator
+    dispatched outside the driver's ranges (its name in place of the correlation)."""
     out = []
     for e in events:
         if e.device_type() == cpu:
@@ -102,6 +103,8 @@ def records(events, name: str, cpu) -> list[tuple]:
                 out.append(("aside", e.start_ns(), e.end_ns(), 0))
             elif e.name().startswith("cu") and e.correlation_id():  # a CUDA runtime or driver call: operators
                 out.append(("launch", e.start_ns(), e.end_ns(), e.correlation_id()))  # number theirs apart
+            elif e.name().startswith("aten::"):
+                out.append(("op", e.start_ns(), e.end_ns(), e.name()))
         elif not e.name().startswith(name) and not e.is_user_annotation():  # a range's shadow on the device is no work
             corr = e.correlation_id() or e.linked_correlation_id()
             out.append(("device", e.start_ns(), e.end_ns(), corr))
@@ -152,6 +155,13 @@ def _busy(spans: list[tuple]) -> int:
         elif e > end:
             total, end = total + (e - end), e
     return total
+
+
+def kernel_ops(recs: list[tuple], limit: int = 100) -> list[str]:
+    """The ATen operators the calls dispatched (not the driver's, inside its ranges), sorted."""
+    ranges = sorted((s, e) for kind, s, e, _ in recs if kind in ("range", "aside"))
+    names = sorted({name for kind, s, _, name in recs if kind == "op" and _inside(ranges, s) is None})
+    return names[:limit]
 
 
 def _inside(spans: list[tuple], t) -> int | None:

@@ -12,7 +12,9 @@
 - The device's own record of the calls (CUPTI, see _trace) must agree with the events: the traced
   block's median device span longer than the timed calls' median event time, past the noise
   margin, means the event times were rewritten (timing_disagrees); so does a trace the
-  submission broke. A GPU where no
+  submission broke. The ATen operators the traced calls dispatched are in the trace too: one of
+  the operator's library_ops there is a library_passthrough (a kernel calling the library only
+  in calls that are timed, not in those checked one by one). A GPU where no
   trace could be taken is said in the row (flag no_device_trace), not hidden.
 - A speedup above FLAG_SPEEDUP over the best library is flagged for a human look.
 """
@@ -71,6 +73,10 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
             fails.setdefault("timing_disagrees", f"no device trace of the timed calls: {str(trace):.200}")
         else:
             row["trace_ms"] = span
+            library = sorted(set(trace.get("ops") or ()) & set(getattr(op, "library_ops", None) or ()))
+            if library:  # checked calls are watched too (the candidate's OpWatch); this sees the timed kind
+                fails.setdefault("library_passthrough", "in traced timed calls the kernel dispatched "
+                                                        + ", ".join(library[:6]))
             if span > med * (1 + NOISE) + TRACE_SLACK_MS:
                 fails.setdefault("timing_disagrees", f"the device ran each timed call for {span:.4f} ms (median, "
                                                      f"CUPTI), the events say {med:.4f} ms")

@@ -48,6 +48,9 @@ METRICS = {
     "launch__occupancy_limit_registers": "occupancy_limit_registers",
     "launch__occupancy_limit_shared_mem": "occupancy_limit_shared_mem",
 }
+# Collected beside the sections: the SpeedOfLight section reports DRAM only inside its "Memory
+# Throughput" (the busiest of DRAM, L1 and L2), which hides which one binds.
+EXTRA_METRICS = ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes_read.sum", "dram__bytes_write.sum")
 TENSOR = re.compile(r"^sm__pipe_tensor.*cycles_active.*pct_of_peak")
 STALL = re.compile(r"^smsp__average_warps?_(?:issue_stalled|latency_issue_stalled)_(\w+?)_per_issue_active\.ratio$")
 SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,  # -> microseconds
@@ -125,7 +128,14 @@ def _number(value: str, unit: str) -> float | None:
         x = float(value.replace(",", ""))
     except (AttributeError, ValueError):
         return None
-    return round(x * SCALE.get(unit.strip().lower(), 1.0), 4)
+    return round(x * SCALE.get(_unit(unit), 1.0), 4)
+
+
+def _unit(unit: str) -> str:
+    """ncu spells units long or short by version ("usecond"/"us", "Gbyte/second"/"Gbyte/s")."""
+    u = unit.strip().lower()
+    u = {"ns": "nsecond", "us": "usecond", "ms": "msecond", "s": "second"}.get(u, u)
+    return u[:-2] + "/second" if u.endswith("/s") else u
 
 
 def diagnose_ncu(kernels: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -134,20 +144,24 @@ def diagnose_ncu(kernels: list[dict[str, Any]]) -> tuple[list[str], list[dict[st
         return ["ncu profiled no kernel launch: kernel() launched nothing on the GPU"], []
     k = max(kernels, key=lambda x: x.get("duration_us", 0.0))
     diag, recs = [f"{len(kernels)} kernel launch(es); the longest is {k['kernel']} at {k.get('duration_us', '?')} us"], []
-    dram, sm = k.get("dram_throughput_pct", 0.0), k.get("sm_throughput_pct", 0.0)
+    dram, memory = _memory_figure(k)
+    sm = k.get("sm_throughput_pct", 0.0)
     occ, theo = k.get("achieved_occupancy_pct"), k.get("theoretical_occupancy_pct")
+    if memory is None:
+        diag.append("ncu reported no memory throughput for this kernel; the verdict below reads compute alone")
+        dram, memory = 0.0, "memory (not reported)"
     if dram >= 70:
-        diag.append(f"memory-bound near the ceiling: DRAM at {dram:.0f}% of peak")
+        diag.append(f"memory-bound near the ceiling: {memory} at {dram:.0f}% of peak")
         recs.append(_rec("stop tuning the memory path, or move fewer bytes (fuse neighbouring work)", "low", 100 / max(dram, 1)))
     elif sm >= 70:
-        diag.append(f"compute-bound: SM throughput {sm:.0f}% of peak, DRAM {dram:.0f}%")
+        diag.append(f"compute-bound: SM throughput {sm:.0f}% of peak, {memory} {dram:.0f}%")
         tensor = k.get("tensor_pipe_pct")
         if tensor is not None and tensor < 50:
             recs.append(_rec(f"tensor pipes only {tensor:.0f}% busy: use tensor-core MMA (tl.dot / wgmma) with larger tiles",
                              "high", 100 / max(tensor, 10)))
         recs.append(_rec("cut instructions per element (exp2, fewer conversions, hoist invariants)", "medium", 1.2))
     else:
-        diag.append(f"latency-bound: neither memory ({dram:.0f}%) nor compute ({sm:.0f}%) is near its peak")
+        diag.append(f"latency-bound: neither {memory} ({dram:.0f}%) nor compute ({sm:.0f}%) is near its peak")
         gain = 70 / max(dram, sm, 1)
         if k.get("waves_per_sm") is not None and k["waves_per_sm"] < 1:
             recs.append(_rec(f"only {k['waves_per_sm']:.2f} waves: too few programs for the SMs; split the work finer",
@@ -165,6 +179,16 @@ def diagnose_ncu(kernels: list[dict[str, Any]]) -> tuple[list[str], list[dict[st
         if s["share"] >= 0.25 and s["reason"] != "not_selected":
             recs.append(_rec(fix, "medium", 1.0 + s["share"]))
     return diag, _ranked(recs)
+
+
+def _memory_figure(k: dict[str, Any]) -> tuple[float | None, str | None]:
+    """(percent of peak, what it measures): DRAM's own throughput when ncu gave it, else the
+    busiest memory unit's (the SpeedOfLight section's "Memory Throughput"); never a silent 0."""
+    if k.get("dram_throughput_pct") is not None:
+        return k["dram_throughput_pct"], "DRAM"
+    if k.get("memory_throughput_pct") is not None:
+        return k["memory_throughput_pct"], "memory (the busiest of DRAM, L1, L2)"
+    return None, None
 
 
 def diagnose_timed(r: dict[str, Any], roofline: dict[str, int] | None) -> tuple[list[str], list[dict[str, Any]]]:
@@ -274,6 +298,7 @@ class Profiler(Mechanism):
         stem = f"profile/p{n}"
         script = shlex.quote(_documents.text(SCRIPT))
         sections = " ".join(f"--section {shlex.quote(s)}" for s in self.options.ncu_sections)
+        sections += " --metrics " + ",".join(EXTRA_METRICS)
         q = shlex.quote(ncu)
         command = (f"mkdir -p profile && test -x {q} || {{ echo 'NCU-NOT-VISIBLE'; exit 3; }}; "
                    f"{q} --profile-from-start off --target-processes all {sections} -f -o {stem} "

@@ -3,6 +3,7 @@
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,20 @@ def test_ncu_csv_is_parsed_with_units():
     assert recs and [r["rank"] for r in recs] == list(range(1, len(recs) + 1))
     assert "more loads in flight" in " ".join(r["action"] for r in recs)
     assert prof.parse_ncu_csv("==PROF== nothing") == []
+
+
+def test_real_ncu_output_without_the_dram_metric_is_not_read_as_zero():
+    """ncu's raw page from an H200 run (RMSNorm at 3.88 TB/s): its sections gave the busiest memory
+    unit's throughput (80.6%), not DRAM's own; the diagnosis once read that as DRAM at 0%."""
+    text = (Path(__file__).parent / "data" / "ncu-raw-h200-rmsnorm.csv").read_text()
+    [k] = prof.parse_ncu_csv(text)
+    assert "dram_throughput_pct" not in k and k["memory_throughput_pct"] == pytest.approx(80.5978)
+    assert k["dram_gbs"] == pytest.approx(3876.865) and k["duration_us"] == 63.2  # "Tbyte/s" and "us": short units
+    diagnosis, _ = prof.diagnose_ncu([k])
+    assert "memory-bound near the ceiling: memory (the busiest of DRAM, L1, L2) at 81% of peak" in diagnosis
+    assert not any("(0%)" in d for d in diagnosis)
+    d, _ = prof.diagnose_ncu([{"kernel": "k", "duration_us": 5, "sm_throughput_pct": 10}])
+    assert any("no memory throughput" in x for x in d)  # said, not a silent 0
 
 
 def test_diagnoses_rank_by_expected_benefit():

@@ -110,3 +110,26 @@ def test_a_symlink_planted_by_the_agent_is_an_error_not_a_crash(ws, h, fake, tmp
     assert out[2].is_error and "candidate:" in out[2].content and not list((tmp_path / "outside").iterdir())
     assert out[3].is_error and "docs/draft.md does not exist" in out[3].content
     assert r.end_reason != "submitted"
+
+
+def test_the_measurement_accepts_any_tied_index_where_the_operator_does(tmp_path):
+    """Top-k with ties: a kernel that picks the last of the tied columns is right (the operator's
+    rule), one whose indices point elsewhere is not, whatever the reference's own tie-break."""
+    import operators
+    from ablate.sandbox import Workspace
+    from harnesses import Task
+    from harnesses.mechanisms._measure import Measurer
+
+    op = operators.get("topk")
+    shapes = op.shape_set("smoke")
+    task_files = {n: p.read_bytes() for n, p in op.task_files.items()} | {"shapes.json": json.dumps(shapes).encode()}
+    files = dict(task_files)
+    # bf16 rows of a few thousand values hold many ties; flipping the row picks the last tied column
+    files["last_tie.py"] = (b"import torch\ndef kernel(x, k):\n    n = x.shape[-1]\n"
+                            b"    v, i = torch.topk(x.flip(-1), k, dim=-1)\n    return v, (n - 1 - i)\n")
+    files["shifted.py"] = (b"import torch\ndef kernel(x, k):\n    v, i = torch.topk(x, k, dim=-1)\n"
+                           b"    return v, (i + 1) % x.shape[-1]\n")
+    ws = Workspace.create(tmp_path / "ws", files)
+    m = Measurer(ws, Task("topk", "goal", shapes, task_files, None), reps=2)
+    assert m.measure("last_tie.py").correct, m.measure("last_tie.py").result
+    assert not m.measure("shifted.py").correct

@@ -3,9 +3,11 @@ escape fails, when the runner is root (the candidate runs as an unprivileged uid
 namespace (what a normal user's runner gets)."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -48,10 +50,16 @@ raise RuntimeError("PROBE " + json.dumps(facts) + " END")
 '''
 
 
+def probe_source(port, targets, secrets) -> str:
+    return f"TARGETS = {targets!r}\nSECRETS = {secrets!r}\nPORT = {port}\n" + PROBE + "\ndef kernel(x, w):\n    return x\n"
+
+
 def probe(tmp_path, port, cache, targets, secrets) -> dict:
-    src = f"TARGETS = {targets!r}\nSECRETS = {secrets!r}\nPORT = {port}\n" + PROBE + "\ndef kernel(x, w):\n    return x\n"
-    (tmp_path / "kernel.py").write_text(src)
-    r = evaluate("rmsnorm", tmp_path / "kernel.py", shapes="smoke", draws=1, scan=False)
+    (tmp_path / "kernel.py").write_text(probe_source(port, targets, secrets))
+    return facts_of(evaluate("rmsnorm", tmp_path / "kernel.py", shapes="smoke", draws=1, scan=False))
+
+
+def facts_of(r: dict) -> tuple[dict, dict]:
     assert r["reasons"] == ["import_error"], r["details"]
     text = r["details"]["import_error"]
     start = text.rindex("PROBE {")  # the message, not the source line the traceback quotes
@@ -92,18 +100,18 @@ def mode(request, monkeypatch, tmp_path):
     yield request.param
 
 
-def test_from_inside_a_candidate_every_escape_fails(tmp_path, listener, mode, monkeypatch):
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "baselines.json").write_text("{}")
-    monkeypatch.setenv("ABLATE_CACHE_DIR", str(cache))
+def escape_attempts(cache: Path) -> tuple[list[str], list[str]]:
+    """(files a candidate tries to write, paths it must not see)."""
     targets = [str(CHECKOUT / "operators" / "rmsnorm" / "reference.py"), str(CHECKOUT / "ablate" / "evaluate" / "_judge.py"),
                str(CHECKOUT / "new-file"), str(cache / "baselines.json"), "/usr/lib/ablate-probe", "/etc/ablate-probe",
                "/ablate-probe", os.path.join(sys.prefix, "ablate-probe")]
     secrets = [str(CHECKOUT), str(CHECKOUT / "operators" / "rmsnorm" / "__init__.py"),
                str(CHECKOUT / "harnesses" / "knowledge"), str(cache), str(CHECKOUT / "runs"), "/root/.ssh",
                os.path.expanduser("~/.cache/ablate")]
-    r, facts = probe(tmp_path, listener, cache, targets, secrets)
+    return targets, secrets
+
+
+def assert_contained(r: dict, facts: dict, mode: str) -> None:
     assert r["sandbox"] == "bwrap"
     assert all(result != "ok" for result in facts["writes"].values()), facts["writes"]
     assert not any(facts["visible"].values()), facts["visible"]
@@ -114,6 +122,15 @@ def test_from_inside_a_candidate_every_escape_fails(tmp_path, listener, mode, mo
     assert len(facts["pids"]) <= 4, facts["pids"]  # its own PID namespace: bubblewrap and itself
     assert facts["net"] != "connected"
     assert "eval" in facts["root_listing"] and not {"work", "home", "srv"} & set(facts["root_listing"])
+
+
+def test_from_inside_a_candidate_every_escape_fails(tmp_path, listener, mode, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "baselines.json").write_text("{}")
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(cache))
+    r, facts = probe(tmp_path, listener, cache, *escape_attempts(cache))
+    assert_contained(r, facts, mode)
     assert (CHECKOUT / "operators" / "rmsnorm" / "reference.py").read_text().startswith('"""')  # untouched
 
 
@@ -146,8 +163,9 @@ def test_hidden_shapes_and_the_wiki_do_not_leak_through_a_rejection(tmp_path):
     assert "HIDDEN" not in text and "provenance" not in text.lower()
 
 
-def test_a_real_unprivileged_runner_if_this_machine_has_one(tmp_path):
-    """As a normal user (uid 65534) when the interpreter is readable by one; else skipped."""
+def test_a_real_unprivileged_runner_if_this_machine_has_one(listener):
+    """As a normal user (uid 65534) when the interpreter is readable by one (else skipped): an
+    honest kernel accepted, and from inside a candidate every escape fails as it does as root."""
     if os.geteuid() != 0:
         pytest.skip("needs root to become another user")
     try:
@@ -157,14 +175,25 @@ def test_a_real_unprivileged_runner_if_this_machine_has_one(tmp_path):
         check = None
     if check is None or check.returncode != 0:
         pytest.skip("this interpreter is not readable by an unprivileged user")
-    home = tmp_path / "home"
-    home.mkdir()
-    os.chown(home, 65534, 65534)
+    home = Path(tempfile.mkdtemp(prefix="ablate-unprivileged-"))  # not under tmp_path: pytest's folders are root's alone
+    cache = home / "cache"
+    cache.mkdir()
+    (cache / "baselines.json").write_text("{}")
+    targets, secrets = escape_attempts(cache)
+    (home / "probe.py").write_text(probe_source(listener, targets, secrets))
+    for p in (home, cache, cache / "baselines.json", home / "probe.py"):
+        os.chown(p, 65534, 65534)
     code = ("import json, sys; from ablate.evaluate import evaluate; "
             f"r = evaluate('rmsnorm', {str(CHECKOUT / 'tests/ablate/evaluate/kernels/honest_torch.py')!r}, shapes='smoke', draws=1); "
-            "print(json.dumps([r['verdict'], r['sandbox']]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=CHECKOUT, timeout=300,
-                         env={**os.environ, "HOME": str(home), "ABLATE_CACHE_DIR": str(home / "cache")},
-                         preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+            f"p = evaluate('rmsnorm', {str(home / 'probe.py')!r}, shapes='smoke', draws=1, scan=False); "
+            "print(json.dumps([r['verdict'], r['sandbox'], p]))")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=CHECKOUT, timeout=300,
+                             env={**os.environ, "HOME": str(home), "ABLATE_CACHE_DIR": str(cache)},
+                             preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["accepted", "bwrap"]
+    verdict, sandbox, probed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [verdict, sandbox] == ["accepted", "bwrap"]
+    assert_contained(*facts_of(probed), "userns")

@@ -38,3 +38,63 @@ def test_cpu_measure_refills_perturbs_and_keeps_calls():
     for call, j, moves, out in kept:  # each kept output is that call's, for its exact input
         ins = apply_perturbation(sources[j], moves)
         assert torch.equal(out, ins[0] * 2)
+
+
+def test_the_gpu_loop_times_then_traces_a_block_each_with_its_own_checked_calls(monkeypatch):
+    """The GPU loop's structure, run on CPU tensors with its CUDA calls stood in for: the timed
+    calls untraced, then a traced block whose every call sits after a driver range, calls kept for
+    checking in each block (at least MIN_KEPT), and each kept output that call's own."""
+    import time
+
+    from ablate.evaluate import _timing
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+    monkeypatch.setattr(_timing, "_Event", Event)
+    monkeypatch.setattr(_timing, "_record", lambda ev, stream: setattr(ev, "t", time.perf_counter()))
+    monkeypatch.setattr(_timing, "_elapsed", lambda s, e: (e.t - s.t) * 1e3)
+    monkeypatch.setattr(_timing, "_esync", lambda ev: None)
+    monkeypatch.setattr(_timing, "_sync", lambda: None)
+
+    log = []
+
+    class Trace:
+        available, why = True, None
+
+        def start(self):
+            log.append("start")
+
+        def enter(self, aside=False):
+            log.append("aside" if aside else "range")
+            return len(log)
+
+        def exit(self, handle):
+            pass
+
+        def stop(self):
+            log.append("stop")
+            return "no records: a stand-in"
+
+    sources = [(torch.full((64,), float(j)),) for j in range(3)]
+    live = (sources[0][0].clone(),)
+    calls, kept = [], []
+
+    def fn(x):
+        calls.append("traced" if "start" in log and "stop" not in log else "untraced")
+        return x * 2
+
+    result = _timing.measure(fn, live, sources, device="cuda", budget_ms=1.0, stream=object(),
+                             flush=torch.zeros(16), trace=Trace(),
+                             keep=lambda call, j, moves, outs: kept.append((call, j, moves, outs[0].clone(), log[-1:])))
+    n, nt = result["n"], min(result["n"], _timing.TRACED_CALLS)
+    assert n >= 20 and result["trace"] == "no records: a stand-in"
+    assert calls.count("traced") == nt and log.count("range") == nt  # a driver range before each traced call
+    assert log.index("start") < log.index("stop")
+    assert all(c < n for c, *_, at in kept if at == [])  # kept in the timed block, before the trace
+    assert all(n <= c < n + nt for c, *_, at in kept if at == ["aside"])  # kept inside the traced block
+    assert len(kept) >= 2 * MIN_KEPT  # each block tops up its own checked calls
+    assert len({c for c, *_ in kept}) == len(kept)  # every kept call is a different call
+    for call, j, moves, out, _ in kept:
+        assert torch.equal(out, apply_perturbation(sources[j], moves)[0] * 2)

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ablate.evaluate._trace import DeviceTrace, call_spans, records
+from ablate.evaluate._trace import DeviceTrace, call_spans, kernel_ops, records
 from ablate.evaluate._verdicts import judge_time
 
 US = 1000  # ns
@@ -83,7 +83,8 @@ def test_kineto_events_become_records_only_cuda_calls_launch_and_a_ranges_shadow
               FakeEvent("gpu_user_annotation", "cuda", 10, 20, annotation=True),
               FakeEvent("memcpy", "cuda", 30, 40, linked=11)]
     assert records(events, "ablate.driver.ab", "cpu") == [
-        ("range", 0, 5, 0), ("aside", 6, 7, 0), ("launch", 1, 2, 9), ("device", 10, 20, 9), ("device", 30, 40, 11)]
+        ("range", 0, 5, 0), ("aside", 6, 7, 0), ("launch", 1, 2, 9), ("op", 1, 3, "aten::zero_"), ("device", 10, 20, 9),
+        ("device", 30, 40, 11)]
 
 
 def test_without_cuda_activity_there_is_no_trace_and_it_says_why():
@@ -152,3 +153,21 @@ def test_on_a_gpu_rewritten_event_times_meet_the_real_trace(monkeypatch):
     assert forged["median"] < 0.2 * honest["median"]
     row, fails, _ = judged(forged["median"], forged["trace"])
     assert "timing_disagrees" in fails, forged
+
+
+def test_ops_the_calls_dispatched_are_kept_and_the_drivers_are_not():
+    recs = trace_of([[10], [10]]) + [("op", 0 + US, 2 * US, "aten::copy_"),  # inside the first driver range
+                                     ("op", 65 * US, 66 * US, "aten::rms_norm"), ("op", 67 * US, 68 * US, "aten::empty")]
+    assert kernel_ops(recs) == ["aten::empty", "aten::rms_norm"]
+
+
+def test_a_library_dispatched_in_traced_timed_calls_is_a_passthrough():
+    trace = {"median": 0.09, "p10": 0.09, "p90": 0.09, "n": 40, "ops": ["aten::_fused_rms_norm", "aten::empty"]}
+    row = {"baselines_ms": {"torch_eager": 0.2}, "best_baseline": None, "speedup_vs_best": None,
+           "sol_fraction": None, "time_ms": None, "wall_ms": None}
+    fails = {}
+    op = SimpleNamespace(bytes=lambda s: 1 << 20, flops=lambda s: 0, library_ops=("aten::rms_norm", "aten::_fused_rms_norm"))
+    judge_time(row, {}, {"median": 0.1, "p10": 0.1, "p90": 0.1, "n": 40, "wall_ms": 0.1, "lag_ms": 0.0, "trace": trace},
+               fails, set(), op=op, device="cuda", ceilings={"copy_gbps": 4800.0, "matmul_tflops": 989.0})
+    assert fails.keys() == {"library_passthrough"} and "aten::_fused_rms_norm" in fails["library_passthrough"]
+    assert "aten::empty" not in fails["library_passthrough"]
