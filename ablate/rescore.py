@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,10 +37,6 @@ def evaluator_version() -> str | None:
 
     return (getattr(ev, "EVALUATOR_VERSION", None) or getattr(ev, "VERSION", None)
             or getattr(ev, "__version__", None))
-
-
-def _slug(text: Any) -> str:
-    return re.sub(r"[^0-9A-Za-z._-]+", "_", str(text)).strip("_") or "none"
 
 
 def _already(rec: TrialRecord, version: str | None, device: str, shape_set: str) -> bool:
@@ -110,7 +105,7 @@ def rescore(path: Path | str, shapes: str | None = None, trials: list[str] | Non
             failed.append((rec.trial_id, str(e)))
             log(f"{label}: not rescored: {e}")
             continue
-        name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}--{_slug(entry['evaluator_version'] or 'unversioned')}--{_slug(device)}"
+        name = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}--{snapshots.slug(entry['evaluator_version'] or 'unversioned')}--{snapshots.slug(device)}"
         Store(rec.path.parent.parent).add_rescoring(rec.path, entry, name)
         judged += 1
         new = entry["evaluation"]

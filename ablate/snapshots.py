@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -105,11 +106,13 @@ def taken(record_snapshots: Any) -> list[dict[str, Any]]:
             and "/" not in s["file"] and isinstance(s.get("sha256"), str)]
 
 
+def slug(text: Any) -> str:
+    """A file-name-safe form of a version, device or shape-set name."""
+    return re.sub(r"[^0-9A-Za-z._-]+", "_", str(text)).strip("_") or "none"
+
+
 def judgement_name(snapshot: dict[str, Any], version: str | None, device: str, shape_set: str) -> str:
     """The file a judgement of one snapshot is stored under: one per evaluator version, device and shape set."""
-    import re
-
-    slug = lambda t: re.sub(r"[^0-9A-Za-z._-]+", "_", str(t)).strip("_") or "none"  # noqa: E731
     return f"{Path(snapshot['file']).stem}--{slug(version or 'unversioned')}--{slug(device)}--{slug(shape_set)}.json"
 
 

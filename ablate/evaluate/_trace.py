@@ -37,7 +37,7 @@ class DeviceTrace:
     machine cannot trace the device (then the result says so: the loop ran on events alone)."""
 
     def __init__(self):
-        self.available, self.why = False, None
+        self.available, self.why, self.name = False, None, None
         try:
             import torch
             from torch._C import _autograd as A
@@ -60,7 +60,6 @@ class DeviceTrace:
             self.available = True
         except Exception as e:  # noqa: BLE001  (any failure here only means: no second clock)
             self.why = f"the profiler could not be set up: {type(e).__name__}: {e}"
-        self.name, self._live = None, False
 
     def start(self) -> None:
         self.name = "ablate.driver." + _urandom(8).hex()
@@ -69,7 +68,6 @@ class DeviceTrace:
         except TypeError:
             self._prepare(self._config, self._activities, set())
         self._enable(self._config, self._activities)
-        self._live = True
 
     def enter(self, aside: bool = False):
         """A driver range: before a call (a boundary between calls), or aside (work between)."""
@@ -81,7 +79,6 @@ class DeviceTrace:
     def stop(self) -> list[tuple] | str:
         """The trace as plain records, or why there is none (a submission ended it, say)."""
         self._sync()
-        self._live = False
         try:
             return records(self._disable().events(), self.name, self._cpu)
         except Exception as e:  # noqa: BLE001
