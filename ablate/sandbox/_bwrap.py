@@ -124,13 +124,31 @@ def _site_dirs() -> list[Path]:
     return sorted({Path(os.path.realpath(p)) for p in cands if p and os.path.isdir(p)})
 
 
+def _linked_package_dirs() -> set[Path]:
+    """Where packages that a site directory only links to live (environments assembled from
+    symlinks: Nix-style, or a venv whose packages point into another): the targets' folders."""
+    out = set()
+    for d in _site_dirs():
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_symlink():
+                target = Path(os.path.realpath(e.path))
+                if target.exists():
+                    out.add(target.parent)
+    return out
+
+
 def python_paths() -> list[Path]:
     """Directories the sandboxed python needs: the interpreter's directory, its prefixes and
-    site-packages, outermost only, wherever they are (a venv under /tmp included: ``argv`` binds
+    site-packages (and the folders their links point into), outermost only, wherever they are (a venv under /tmp included: ``argv`` binds
     them after the sandbox's private /tmp)."""
     cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
              os.path.dirname(os.path.abspath(sys.executable))]
     cands += [str(p) for p in _site_dirs()]
+    cands += [str(p) for p in _linked_package_dirs()]
     paths = {Path(os.path.realpath(p)) for p in cands if p and os.path.isdir(p)}
     paths |= {Path(os.path.abspath(p)) for p in cands if p and os.path.isdir(p)}  # venv symlinks
     paths = {p for p in paths if str(p) != "/"}

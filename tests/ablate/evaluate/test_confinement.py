@@ -45,7 +45,7 @@ def connect(port):
 
 facts = {"status": status(), "writes": {p: write(p) for p in TARGETS}, "visible": {p: os.path.exists(p) for p in SECRETS},
          "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()), "net": connect(PORT),
-         "root_listing": sorted(os.listdir("/"))}
+         "root_listing": sorted(os.listdir("/")), "listing": {p: sorted(os.listdir(p)) for p in SECRETS if os.path.isdir(p)}}
 raise RuntimeError("PROBE " + json.dumps(facts) + " END")
 '''
 
@@ -113,8 +113,15 @@ def escape_attempts(cache: Path) -> tuple[list[str], list[str]]:
 
 def assert_contained(r: dict, facts: dict, mode: str) -> None:
     assert r["sandbox"] == "bwrap"
-    assert all(result != "ok" for result in facts["writes"].values()), facts["writes"]
-    assert not any(facts["visible"].values()), facts["visible"]
+    # a write may land in the sandbox's own private /tmp (where a checkout under /tmp holding the
+    # interpreter's .venv shows as the path to it), never on the host
+    landed = {p: res for p, res in facts["writes"].items() if res == "ok" and _written_on_host(Path(p))}
+    assert not landed, facts["writes"]
+    # nothing of the checkout shows; at most the directories leading to an interpreter inside it
+    venvs = {p.relative_to(CHECKOUT).parts[0] for p in _bwrap.python_paths() if CHECKOUT in p.parents}
+    shown = {p for p, seen in facts["visible"].items() if seen}
+    assert shown <= ({str(CHECKOUT)} if venvs else set()), facts["visible"]
+    assert set(facts["listing"].get(str(CHECKOUT), [])) <= venvs, facts["listing"]
     st = facts["status"]
     assert int(st["CapEff"], 16) == int(st["CapPrm"], 16) == int(st["CapAmb"], 16) == 0, st
     if mode == "root":
@@ -122,6 +129,13 @@ def assert_contained(r: dict, facts: dict, mode: str) -> None:
     assert len(facts["pids"]) <= 4, facts["pids"]  # its own PID namespace: bubblewrap and itself
     assert facts["net"] != "connected"
     assert "eval" in facts["root_listing"] and not {"work", "home", "srv"} & set(facts["root_listing"])
+
+
+def _written_on_host(path: Path) -> bool:
+    try:
+        return path.read_text(errors="replace").startswith("tampered")
+    except OSError:
+        return False
 
 
 def test_from_inside_a_candidate_every_escape_fails(tmp_path, listener, mode, monkeypatch):
