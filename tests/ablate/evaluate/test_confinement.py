@@ -43,9 +43,10 @@ def connect(port):
     except OSError as e:
         return type(e).__name__
 
+listing = {p: sorted(os.listdir(p)) for p in SECRETS if os.path.isdir(p)}  # before the writes below
 facts = {"status": status(), "writes": {p: write(p) for p in TARGETS}, "visible": {p: os.path.exists(p) for p in SECRETS},
          "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()), "net": connect(PORT),
-         "root_listing": sorted(os.listdir("/")), "listing": {p: sorted(os.listdir(p)) for p in SECRETS if os.path.isdir(p)}}
+         "root_listing": sorted(os.listdir("/")), "listing": listing}
 raise RuntimeError("PROBE " + json.dumps(facts) + " END")
 '''
 
