@@ -191,7 +191,7 @@ def main() -> int:
             f.write_text(src)
             print(f"{problem}: {kind} ...", flush=True)
             t0 = time.monotonic()
-            r = evaluate(f"kernelbench/{problem}", f, shapes="eval", operator_set=node, progress=lambda m: print(f"  {m}", flush=True))
+            r = evaluate(f"kernelbench/{problem}", f, shapes="eval", operator_set=node, progress=lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", flush=True))
             s = (r.get("shapes") or [{}])[0]
             rows.append({"problem": problem, "kernel": kind, "verdict": r["verdict"], "reasons": r["reasons"],
                          "details": {k: v[:300] for k, v in r["details"].items()},

@@ -68,7 +68,7 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
             if ev.device == "cuda":  # minutes on a cold cache (torch.compile); cached after
                 ev.note(f"{shape_id(shape)}: timing baseline {name} (once per GPU and versions, then cached)")
             if sources is None:  # one draw of each distribution: the timing sources
-                sources = [ev.input_set(shape, k)[0] for k in ev.sources(shape)]
+                sources = [ev.input_set(shape, k, references=False)[0] for k in ev.sources(shape)]
             entry = measure(ev, b, sources)
             if ev.device == "cuda":
                 _cache.put("baselines", keys[name], entry)

@@ -201,6 +201,7 @@ class Driver:
         fd_out, entries = _tensors.to_sealed(f"out-{index}-{k}", outs)
         reply["entries"] = entries
         reply["seconds"] = round(_perf() - t0, 4)
+        reply["call_ms"] = round(self.call_ms[-1], 4) if self.call_ms else None  # the first one compiles
         try:
             self.ch.send("output", fds=[fd_out], **reply)
         finally:
