@@ -2,6 +2,7 @@
 
     python -m benchmarks.scripted --out DIR [--operators rmsnorm gemm ...] [--budget default]
     python -m benchmarks.scripted --out DIR --merge A/results.json B/results.json   # one table of several runs
+    python -m benchmarks.scripted --out DIR --store STORE --report-only   # the table of the trials in STORE
 
 Runs the goal_only arm of the published study (`python -m ablate study=justgoal +model=scripted
 +harness=goal_only 'study.seeds=[0]' 'study.scopes=[multi_shape]'`) for the chosen operators (all
@@ -20,7 +21,9 @@ and the evaluator's cache of ceilings and baseline times to --cache (ABLATE_CACH
 the store): a second command on the same machine reuses both, so the operators can
 be run in several commands (see --operators) that each finish within a machine's command limit,
 and each command's results.md covers every operator run so far. Progress: one line as each trial
-starts and ends (the runner's), and this script's own lines.
+starts and ends (the runner's), and this script's own lines. A run stopped by SIGTERM or Ctrl-C
+(a machine's time limit) still writes the table of the trials that ended; one killed outright
+leaves them in the store, and --report-only writes their table without a GPU.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -139,9 +143,13 @@ def _f(x, fmt):
     return "-" if x is None else format(x, fmt)
 
 
+def _device_name(device) -> str:
+    return (device.get("name") if isinstance(device, dict) else device) or "device unknown"
+
+
 def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
     lines = ["# The scripted policy against the best library, per eval shape", "",
-             f"{meta.get('device') or 'device unknown'}; {meta.get('versions', '')}; {meta.get('date', '')}.",
+             f"{_device_name(meta.get('device'))}; {meta.get('versions', '')}; {meta.get('date', '')}.",
              f"Command: `{meta.get('command', '')}` ({meta.get('seconds', 0):.0f} s).", "",
              "ratio = best library's ms / the policy's ms (above 1: faster than every library). SOL = the roofline "
              "floor (fewest bytes over the copy ceiling, or FLOPs over the matmul ceiling) over the time. Times: the "
@@ -169,9 +177,13 @@ def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def versions() -> str:
+def versions(device: dict | None = None) -> str:
+    """The versions the trials ran with: the records' (`device`), else this interpreter's."""
     import importlib.metadata
 
+    if device and device.get("torch"):
+        return f"torch {device['torch']}, triton {device.get('triton')}, CUDA {device.get('cuda')}, " \
+               f"driver {device.get('driver')} (from the records)"
     import torch
     import triton
 
@@ -205,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", type=Path, help="the evaluator's cache (ABLATE_CACHE_DIR; default: beside the store)")
     p.add_argument("--dry-run", action="store_true", help="the smoke shapes, on whatever device there is (a CPU: "
                    "Triton's interpreter): a check of this script, not a measurement")
+    p.add_argument("--report-only", action="store_true", help="run nothing: write the table of the trials already "
+                   "in --store (a run that was killed before it wrote its table)")
     p.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS_JSON",
                    help="write one table from earlier runs' results.json files instead of running anything")
     a = p.parse_args(argv)
@@ -221,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [o for o in a.operators if o not in registry.REGISTRY]
     if unknown:
         p.error(f"unknown operator(s) {', '.join(unknown)}; valid: {', '.join(registry.REGISTRY)}")
+    if a.report_only:
+        if a.store is None or not (a.store / "runs" / STUDY).is_dir():
+            p.error(f"--report-only needs --store STORE holding runs/{STUDY} (the --store of the run)")
+        return report(a, a.store.resolve() / "runs", None, argv)
     import torch
 
     if not torch.cuda.is_available() and not a.dry_run:
@@ -232,25 +250,41 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("ABLATE_CACHE_DIR", str(cache))
     cfg = compose(a.operators, store / "runs", a.budget, smoke=a.dry_run)
     from ablate import runner
-    from ablate.store import read_records
 
     started = time.monotonic()
     specs = runner.plan(cfg)
     log(f"{len(specs)} trial(s): {', '.join(s.operator for s in specs)}; store {store / 'runs'}; evaluator cache "
         f"{os.environ['ABLATE_CACHE_DIR']} (a cold cache times every library baseline first: minutes per operator)")
     failed = None
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         runner.run_study(cfg, cfg["store"], log=lambda line: log(line), live=False)
     except runner.TrialsFailed as e:  # the others ran: their rows, and the failures named
         failed = str(e)
         log(f"some trials failed: {e}")
-    records = read_records(Path(cfg["store"]) / STUDY)
-    rows, ops = rows_of([r for r in records if r.arm == "goal_only" and r.shapes == cfg["operators"]["shapes"]])
+    except KeyboardInterrupt:  # SIGTERM too: the trials that ended still get their table
+        failed = "stopped before every trial ended"
+        log(f"{failed}; writing the table of those that did")
+    return report(a, Path(cfg["store"]), failed, argv, started, cfg["operators"]["shapes"], cfg["budget"])
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
+def report(a, runs: Path, failed, argv, started=None, shapes=None, budget=None) -> int:
+    """Write DIR/results.{md,json} from the goal_only records in `runs` (of `shapes`, when given)."""
+    from ablate.store import read_records
+
+    records = [r for r in read_records(runs / STUDY) if r.arm == "goal_only" and (shapes is None or r.shapes == shapes)]
+    rows, ops = rows_of(records)
     first = next(iter(ops.values()), {})
     command = "python -m benchmarks.scripted " + " ".join(sys.argv[1:] if argv is None else argv)
-    meta = {"device": first.get("device"), "ceilings": first.get("ceilings"), "versions": versions(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": command, "seconds": time.monotonic() - started,
-            "budget": cfg["budget"], "failed": failed}
+    meta = {"device": first.get("device"), "ceilings": first.get("ceilings"),
+            "versions": versions(first.get("device") if a.report_only else None),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": command,
+            "seconds": time.monotonic() - started if started else sum(o["trial_s"] or 0 for o in ops.values()),
+            "budget": budget, "failed": failed}
     write(a.out, rows, ops, meta)
     for name, o in ops.items():
         log(f"{name}: {o['verdict']}, geomean {_f(o['geomean_ratio'], '.3f')}x, worst {_f(o['worst_ratio'], '.3f')}x "

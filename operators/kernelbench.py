@@ -89,14 +89,18 @@ def from_file(file: Path, level: int, root: Path | None = None) -> Operator:
     reference = _runner(mod.Model, mod)
 
     def make_inputs(shape, seed, device, dist):
-        with torch.random.fork_rng(devices=[]):
+        # get_inputs() draws on the judge's device (its factory calls follow torch.device): drawing
+        # a 6 GiB tensor on the CPU took about 25 s a set on an H200 host (19_ReLU)
+        dev = torch.device(device)
+        on_gpu = dev.type == "cuda"
+        with torch.random.fork_rng(devices=[dev.index or 0] if on_gpu else [], device_type="cuda"), dev:
             torch.manual_seed(seed)
             raw = list(mod.get_inputs())
         g = generator(seed, device)
         out = []
         for t in raw:
             if isinstance(t, torch.Tensor) and t.is_floating_point() and dist != "normal":
-                new = tensor(tuple(t.shape), dist, g, t.dtype, "cpu", zero_rows=False)  # argmax ties, singular
+                new = tensor(tuple(t.shape), dist, g, t.dtype, device, zero_rows=False)  # argmax ties, singular
                 t = new.abs() if bool((t >= 0).all()) else new
             out.append(t.to(device) if isinstance(t, torch.Tensor) else t)
         return tuple(out)

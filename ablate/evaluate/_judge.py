@@ -595,7 +595,23 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def main(fd: int) -> int:
+def exit_when_orphaned(parent: int, interval_s: float = 0.25) -> None:
+    """End this process once the one that started it is gone. The judge reads its socket only
+    between evaluations, so without this a judge whose caller was killed (a time limit, Ctrl-C)
+    would go on timing baselines on the GPU for minutes, under the next program's timings. The
+    parent process is watched (not the starting thread, as PR_SET_PDEATHSIG would)."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="ablate-orphan-watch", daemon=True).start()
+
+
+def main(fd: int, parent: int | None = None) -> int:
+    exit_when_orphaned(os.getppid() if parent is None else parent)
     os.dup2(2, 1)  # anything printed in this process goes to stderr, never into the protocol
     sys.stdout = sys.stderr
     control = _channel.Channel.from_fd(fd)
@@ -637,4 +653,4 @@ def main(fd: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1])))
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None))

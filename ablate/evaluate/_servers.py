@@ -318,7 +318,7 @@ class Judge(_Server):
     """The judge (_judge), kept warm between evaluations: torch is imported once."""
 
     def __init__(self):
-        super().__init__([sys.executable, "-m", "ablate.evaluate._judge", "{fd}"], trusted_env({}),
+        super().__init__([sys.executable, "-m", "ablate.evaluate._judge", "{fd}", str(os.getpid())], trusted_env({}),
                          tempfile.gettempdir())
 
     def progress(self, report) -> None:

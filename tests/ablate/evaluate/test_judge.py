@@ -1,5 +1,6 @@
 """The judge's memory plan: a problem gets fewer input sets as it grows, and one too large for the
 device is refused with one line before anything is allocated."""
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -33,3 +34,46 @@ def test_a_problem_too_large_for_the_device_is_refused_in_one_line():
     with pytest.raises(TooLarge) as e:
         plan(40 * GiB)
     assert "\n" not in str(e.value) and "GiB of the device's 141 GiB" in str(e.value)
+
+
+def test_a_busy_judge_ends_when_its_caller_is_killed(tmp_path):
+    """A caller killed by a time limit must not leave its judge timing baselines on the GPU under
+    the next program's timings: the judge watches its parent process, not its socket."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    busy = ("import os, sys, time; from ablate.evaluate._judge import exit_when_orphaned; "
+            "exit_when_orphaned(int(sys.argv[1]), 0.05); time.sleep(120)")  # busy: never reads a socket
+    caller = ("import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', sys.argv[1], "
+              "str(os.getpid())], start_new_session=True); print(p.pid, flush=True); time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", caller, busy], stdout=subprocess.PIPE, text=True)
+    judge = int(parent.stdout.readline())
+    time.sleep(0.5)
+    assert os.path.exists(f"/proc/{judge}")  # alive while its caller is
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _running(judge):
+        time.sleep(0.05)
+    assert not _running(judge), "the judge outlived its killed caller"
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_the_judge_is_told_who_started_it():
+    from ablate.evaluate import _servers
+
+    j = _servers.Judge()
+    try:
+        assert j.proc.args[-1] == str(os.getpid()) and j.alive()
+    finally:
+        j.close()

@@ -617,6 +617,37 @@ def test_the_benchmark_runs_the_goal_only_arm_and_writes_its_table(tmp_path):
     r = run("--out", str(tmp_path / "m"), "--merge", str(tmp_path / "a" / "results.json"), str(tmp_path / "b.json"))
     merged = json.loads((tmp_path / "m" / "results.json").read_text())
     assert r.returncode == 0 and set(merged["operators"]) == {"rmsnorm", "gemm"} and len(merged["shapes"]) == 3
+    r = run("--out", str(tmp_path / "r"), "--store", str(tmp_path / "store"), "--report-only")  # no trial runs again
+    again = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert r.returncode == 0 and "[1/1]" not in r.stdout and again["shapes"] == result["shapes"]
+    r = run("--out", str(tmp_path / "r"), "--store", str(tmp_path / "nothing"), "--report-only")
+    assert r.returncode == 2 and "--report-only needs --store" in r.stderr.strip().splitlines()[-1]
     if not __import__("torch").cuda.is_available():
         r = run("--out", str(tmp_path / "c"), "--operators", "rmsnorm")
         assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_benchmark_stopped_by_sigterm_writes_the_table_of_the_trials_that_ended(tmp_path):
+    """A machine's time limit sends SIGTERM (timeout(1), SLURM): the trials that ended keep their rows."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.scripted", "--out", str(tmp_path / "a"), "--dry-run",
+                             "--operators", "rmsnorm", "softmax", "--store", str(tmp_path / "store")], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, lines = time.monotonic() + 240, []
+    for line in proc.stdout:
+        lines.append(line)
+        if "[2/2] softmax" in line:  # rmsnorm has ended, softmax has started
+            proc.send_signal(signal.SIGTERM)
+            break
+        assert time.monotonic() < deadline, "".join(lines)[-2000:]
+    out = proc.communicate(timeout=120)[0]
+    result = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert proc.returncode == 1 and "stopped before every trial ended" in out, out[-2000:]
+    assert set(result["operators"]) == {"rmsnorm"} and result["meta"]["failed"]
