@@ -35,8 +35,9 @@ Timing (GPU): CUDA events around the call alone; before each call the inputs are
 rotating sets, one element of each is moved, and L2 is flushed (persisting L2 checked and reset);
 median of ~100 ms of calls; calls drawn at random after they return are sealed and re-checked
 against the reference of their exact input; the device must go idle when the timed stream does;
-times faster than the physical speed of light are rejected; speedups over 3x are flagged. CPU:
-Triton's interpreter, a handful of calls, labelled "cpu-interpreted".
+times faster than the physical speed of light are rejected; speedups over 3x are flagged. One
+evaluation at a time per GPU (a lock on its UUID, held by the judge; "no_device_lock" in flags
+when it cannot be taken). CPU: Triton's interpreter, a handful of calls, labelled "cpu-interpreted".
 
 Result keys: verdict, reasons, details {reason: message}, operator, shape_set, submission_sha256,
 seed, evaluator_version, sandbox ("bwrap" | "none", with sandbox_note when unconfined), timing
@@ -49,7 +50,8 @@ phase_seconds. The reason codes and what each means: REASONS (_reasons.py).
 Environment: ABLATE_CACHE_DIR (default ~/.cache/ablate), ABLATE_EVAL_SANDBOX=none (candidates
 unconfined: recorded in the result and warned on stderr), ABLATE_EVAL_ZYGOTE=0 (CPU candidates in
 fresh interpreters too), ABLATE_EVAL_SPARE=0 (no candidate started ahead), ABLATE_EVAL_MEMORY_GB,
-ABLATE_EVAL_TMP, ABLATE_EVAL_KEEP=1 (keep the evaluation directory).
+ABLATE_EVAL_TMP, ABLATE_EVAL_KEEP=1 (keep the evaluation directory), ABLATE_GPU_LOCK_DIR (where
+the GPUs' lock files are; default /tmp).
 """
 from ablate.evaluate._reasons import REASONS, VERSION
 from ablate.evaluate._supervisor import EvaluatorFailure, evaluate, shutdown

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import os
 import re
 import statistics
+import time
 
 import torch
 
@@ -80,6 +82,70 @@ def flush_buffer() -> torch.Tensor:
         l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
         _STATE["flush"] = torch.empty(max(256 << 20, 4 * l2), dtype=torch.int8, device="cuda")
     return _STATE["flush"]
+
+
+class DeviceLock:
+    """One evaluation at a time on a GPU, across the processes and users of this machine: two
+    studies, a rescore beside a study, or a judge left over from a killed run would otherwise time
+    on the same device at once and each read the other's work into its numbers. An flock on a file
+    named for the GPU's UUID, held by the judge from its first measurement to its verdict; the
+    kernel releases it if the holder dies. ABLATE_GPU_LOCK_DIR moves the file (default /tmp)."""
+
+    def __init__(self, key: str, directory: str | None = None):
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
+        self.path = os.path.join(directory or os.environ.get("ABLATE_GPU_LOCK_DIR") or "/tmp", f"ablate-gpu-{safe}.lock")
+        self.fd: int | None = None
+        self.why: str | None = None
+
+    @classmethod
+    def for_current_device(cls) -> "DeviceLock":
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        uuid = getattr(props, "uuid", None)
+        return cls(str(uuid) if uuid else f"{props.name}-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
+
+    def acquire(self, note, doing: str = "") -> bool:
+        """Wait for the GPU (saying so through `note` while another evaluation holds it). False,
+        with `why`, when the lock file cannot be used: the caller reports that, it does not wait."""
+        import fcntl
+
+        try:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+                writable = True
+            except PermissionError:  # another user's file: flock needs no write access
+                fd, writable = os.open(self.path, os.O_RDONLY), False
+        except OSError as e:
+            self.why = f"{self.path}: {e.strerror or e}"
+            return False
+        try:
+            os.fchmod(fd, 0o666)  # other users' evaluations wait on the same file
+        except OSError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            except OSError:
+                holder = "another process"
+            note(f"waiting for the GPU: {holder} is using it (one evaluation at a time per GPU)")
+            t0 = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            note(f"the GPU is free after {time.monotonic() - t0:.0f} s")
+        except OSError as e:
+            os.close(fd)
+            self.why = f"{self.path}: {e.strerror or e}"
+            return False
+        if writable:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} ({doing or 'an evaluation'})".encode(), 0)
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
 
 
 class L2Guard:

@@ -88,6 +88,8 @@ class Evaluation:
         self.cand_closed = False
         self.forged: list[str] = []
         self.candidate_start_s = 0.0
+        self.lock = None  # the GPU's DeviceLock, held from the first measurement to the verdict
+        self.flags: list[str] = []  # the evaluation's own flags, beside its rows'
 
     def note(self, message: str) -> None:
         """A progress line for whoever started the evaluation (the supervisor passes it on)."""
@@ -105,6 +107,11 @@ class Evaluation:
         self.shapes = self.op.shape_set(cfg["shape_set"])
         self.device = _gpu.resolve_device(cfg["device"])
         self.info = _gpu.device_info(self.device)
+        if self.device == "cuda":
+            self.lock = _gpu.DeviceLock.for_current_device()
+            if not self.lock.acquire(self.note, f"judging {self.op.name}"):
+                self.flags.append("no_device_lock")  # timed without knowing the GPU was its own
+                self.note(f"the GPU's lock file cannot be used ({self.lock.why}): timing without it")
         tree, _ = _static.parse(self.source)
         self.passthrough = _static.passthrough(tree, self.op.library_calls) if tree else []
         self.forbidden = _static.forbidden(tree) if tree is not None and cfg.get("scan", True) else []
@@ -571,7 +578,7 @@ class Evaluation:
         if accepted and speedups and all(s and s > 0 for s in speedups):
             geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
         timing = self.mode if any(r["time_ms"] for r in rows) else "none"
-        flags = sorted({f for r in rows for f in r.get("flags", ())})
+        flags = sorted({f for r in rows for f in r.get("flags", ())} | set(self.flags))
         return {
             "verdict": "accepted" if accepted else "rejected", "reasons": codes,
             "details": {c: reasons[c][:4000] for c in codes},
@@ -628,6 +635,7 @@ def main(fd: int, parent: int | None = None) -> int:
             continue
         cfg = msg["cfg"]
         os.environ["ABLATE_CACHE_DIR"] = cfg["cache_dir"]
+        ev = None
         try:
             source = ""
             if len(fds) == 1:
@@ -649,6 +657,9 @@ def main(fd: int, parent: int | None = None) -> int:
             control.send("failure", message=traceback.format_exc()[-3000:])
             return 1  # state unknown: the supervisor starts a fresh judge next time
         finally:
+            if ev is not None and ev.lock is not None:
+                ev.lock.release()
+            ev = None
             _release_memory()
 
 

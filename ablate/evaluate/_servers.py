@@ -420,9 +420,11 @@ class Candidate:
         """The candidate's process tree, each process before its children."""
         raise NotImplementedError
 
-    def helpers(self) -> list[str]:
-        """Programs in the candidate's tree other than its one Python interpreter (the first met
-        from the root), its sandbox, and system or toolchain programs its libraries start."""
+    def helpers(self) -> list[tuple[int, str, bool]]:
+        """(pid, program, is a Python) of each process in the candidate's tree other than its one
+        Python interpreter (the first met from the root), its sandbox, and system or toolchain
+        programs its libraries start. A Python here may be a child between fork and exec (a
+        compiler's subprocess): the supervisor counts one only when it is still there later."""
         found, main = [], False
         trusted = SYSTEM_PROGRAMS + tuple(os.path.join(p, "") for p in {sys.prefix, sys.base_prefix})
         for p in self.processes():
@@ -437,7 +439,7 @@ class Candidate:
                 continue
             if not python and (os.path.realpath(exe).startswith(trusted) or "/" not in exe):
                 continue  # a system program; or one gone before its path could be read (only its name)
-            found.append(exe)
+            found.append((p, exe, python))
         return found
 
     def log_tail(self) -> str:

@@ -173,7 +173,7 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
         cand.judge_end = None
         limit = float(timeout_s or DEFAULT_TIMEOUT_S[dev])
         mem_gb = float(memory_limit_gb or os.environ.get("ABLATE_EVAL_MEMORY_GB") or 0.5 * _memtotal_gb())
-        go_t, timed_out, oom, helpers = time.monotonic(), False, False, set()
+        go_t, timed_out, oom, helpers, pythons = time.monotonic(), False, False, set(), {}
         while (rc := cand.poll()) is None:
             if time.monotonic() - go_t > limit:
                 timed_out = True
@@ -182,7 +182,7 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
             if _servers.tree_rss(procs) > mem_gb * 2**30:
                 oom = True
                 break
-            helpers |= set(cand.helpers())
+            helpers |= _lasting_helpers(cand.helpers(), pythons, time.monotonic())
             if not judge.alive():
                 raise EvaluatorFailure(f"the judge process died: {judge.log_tail()}")
             judge.progress(progress)
@@ -227,6 +227,23 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
                 pool.release(key, server)
             else:
                 server.close()
+
+
+HELPER_PYTHON_S = 0.1  # a second Python that is still one this long after it was seen is a helper
+
+
+def _lasting_helpers(found, pythons: dict, now: float) -> set[str]:
+    """The helpers of one look at the candidate's tree. Any other program counts at once; a second
+    Python only once the same process is still a Python HELPER_PYTHON_S later: between fork and
+    exec a compiler's subprocess (gcc, ptxas) is briefly a copy of the interpreter, and an honest
+    kernel must not be rejected for the moment the supervisor looked. `pythons`: pid -> first seen."""
+    out = set()
+    for pid, exe, python in found:
+        if not python:
+            out.add(exe)
+        elif now - pythons.setdefault(pid, now) >= HELPER_PYTHON_S:
+            out.add(exe)
+    return out
 
 
 def _answer(judge, progress=None) -> dict:

@@ -225,3 +225,17 @@ def test_an_unconfined_evaluation_is_recorded_and_warned(monkeypatch, kernels, c
         _servers._CONFINEMENT.clear()
         for pool in (_servers.ZYGOTES, _servers.SPARES):
             pool.close()
+
+
+def test_a_python_seen_once_between_fork_and_exec_is_no_helper_one_that_stays_is():
+    """A compiler's subprocess is a copy of the interpreter until it execs: seen at that moment it
+    looks like a second Python. Only one still there HELPER_PYTHON_S later counts (the daemon test
+    above failed about once a run before this); any other program counts at once."""
+    from ablate.evaluate._supervisor import HELPER_PYTHON_S, _lasting_helpers
+
+    pythons: dict = {}
+    assert _lasting_helpers([(41, "/usr/bin/python3", True)], pythons, 10.0) == set()
+    assert _lasting_helpers([], pythons, 10.02) == set()  # it exec'd a system program: gone from the list
+    assert _lasting_helpers([(42, "/usr/bin/python3", True)], pythons, 10.04) == set()
+    assert _lasting_helpers([(42, "/usr/bin/python3", True)], pythons, 10.05 + HELPER_PYTHON_S) == {"/usr/bin/python3"}
+    assert _lasting_helpers([(43, "/work/tmp/helper", False)], pythons, 11.0) == {"/work/tmp/helper"}

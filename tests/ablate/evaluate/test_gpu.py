@@ -104,3 +104,27 @@ def test_ceilings_and_baselines_are_cached(tmp_path, monkeypatch, kernels):
     assert any("M=16384,N=4096" in k for k in baselines)
     second = evaluate("rmsnorm", kernels / "honest_torch.py", shapes="public", draws=1)
     assert second["shapes"][0]["baselines_ms"] == first["shapes"][0]["baselines_ms"]  # read back, not re-measured
+
+
+def test_two_evaluations_on_one_gpu_take_turns(kernels):
+    """Two evaluations started together on one GPU (two threads: two judges) do not time at once:
+    the second waits for the GPU's lock and says so."""
+    import threading
+
+    from ablate.evaluate import evaluate
+
+    notes: dict[int, list[str]] = {0: [], 1: []}
+    results: dict[int, dict] = {}
+
+    def one(i):
+        results[i] = evaluate("rmsnorm", kernels / "honest_triton.py", shapes="public", draws=1,
+                              progress=notes[i].append)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert all(results[i]["verdict"] == "accepted" and "no_device_lock" not in results[i]["flags"] for i in (0, 1))
+    waited = [i for i in (0, 1) if any("waiting for the GPU" in n for n in notes[i])]
+    assert len(waited) == 1, notes

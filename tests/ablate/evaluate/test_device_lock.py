@@ -1,0 +1,51 @@
+"""One evaluation at a time per GPU: the judge's lock (ablate.evaluate._gpu.DeviceLock). Runs
+without a GPU: the lock is a file; the judge takes it only on a GPU (test_gpu.py shows that)."""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from ablate.evaluate._gpu import DeviceLock
+
+HOLD = ("import sys, time; from ablate.evaluate._gpu import DeviceLock; "
+        "lock = DeviceLock('GPU-test', sys.argv[1]); assert lock.acquire(print, 'the holder'); "
+        "print('held', flush=True); sys.stdin.readline()")
+
+
+def test_a_second_evaluation_waits_for_the_first_and_says_who_holds_the_gpu(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        notes, got = [], threading.Event()
+        lock = DeviceLock("GPU-test", str(tmp_path))
+        waiter = threading.Thread(target=lambda: lock.acquire(notes.append, "the waiter") and got.set())
+        waiter.start()
+        time.sleep(0.5)
+        assert not got.is_set(), "took the GPU while another evaluation held it"
+        assert notes and f"pid {holder.pid} (the holder)" in notes[0]
+        holder.kill()  # a holder that dies releases it: no stale lock
+        assert got.wait(10)
+        waiter.join(5)
+        assert "the GPU is free after" in notes[-1]
+        assert open(lock.path).read() == f"pid {os.getpid()} (the waiter)"
+        lock.release()
+        again = DeviceLock("GPU-test", str(tmp_path))
+        assert again.acquire(notes.append) and len(notes) == 2  # free: no wait, no note
+        again.release()
+    finally:
+        holder.kill()
+
+
+def test_different_gpus_do_not_wait_for_each_other(tmp_path):
+    a, b = DeviceLock("GPU-aaaa", str(tmp_path)), DeviceLock("GPU-bbbb", str(tmp_path))
+    notes = []
+    assert a.acquire(notes.append) and b.acquire(notes.append) and notes == []
+    a.release()
+    b.release()
+
+
+def test_an_unusable_lock_directory_is_reported_not_waited_on(tmp_path):
+    lock = DeviceLock("GPU-test", str(tmp_path / "missing"))
+    assert lock.acquire(print) is False and "missing" in lock.why
