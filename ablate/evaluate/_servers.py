@@ -519,13 +519,23 @@ class Forked(Candidate):
         self.inner = f"{zygote.inner_root}/{name}"
         mine, theirs = _channel.pair()
         self.log = tempfile.TemporaryFile()
-        zygote.send("fork", fds=[theirs.fileno(), self.log.fileno()], env=candidate_env(self.inner, device),
-                    cwd=f"{self.inner}/submission")
-        theirs.close()
+        try:
+            try:
+                zygote.send("fork", fds=[theirs.fileno(), self.log.fileno()], env=candidate_env(self.inner, device),
+                            cwd=f"{self.inner}/submission")
+            finally:
+                theirs.close()
+            msg = zygote.pump(60)
+            if not msg or msg.get("kind") != "forked":
+                raise EvaluatorFailure(f"zygote did not fork: {zygote.log_tail()}")
+        except (_channel.Closed, EvaluatorFailure) as e:
+            # it may have died after it was last seen alive (a candidate that killed it): the
+            # caller starts a fresh interpreter instead, and nothing of this attempt stays behind
+            mine.close()
+            self.log.close()
+            shutil.rmtree(self.work, ignore_errors=True)
+            raise EvaluatorFailure(f"the zygote is gone: {e}") from None
         self.judge_end = _channel.Channel(mine)
-        msg = zygote.pump(60)
-        if not msg or msg.get("kind") != "forked":
-            raise EvaluatorFailure(f"zygote did not fork: {zygote.log_tail()}")
         self.inner_pid = msg["pid"]
         self.pid = zygote.outer_pid(self.inner_pid) or -1
 

@@ -239,3 +239,22 @@ def test_a_python_seen_once_between_fork_and_exec_is_no_helper_one_that_stays_is
     assert _lasting_helpers([(42, "/usr/bin/python3", True)], pythons, 10.04) == set()
     assert _lasting_helpers([(42, "/usr/bin/python3", True)], pythons, 10.05 + HELPER_PYTHON_S) == {"/usr/bin/python3"}
     assert _lasting_helpers([(43, "/work/tmp/helper", False)], pythons, 11.0) == {"/work/tmp/helper"}
+
+
+def test_a_zygote_that_died_unseen_gives_way_to_a_fresh_interpreter():
+    """A candidate that kills its zygote can be gone from the pool's view only a moment later:
+    the next evaluation's fork request then meets a closed socket. That is "no warm start"
+    (EvaluatorFailure: the supervisor spawns a fresh interpreter), not a crash of the evaluation."""
+    from ablate.evaluate import _servers
+
+    zygote = _servers.Zygote()
+    try:
+        zygote.start()
+        before = set(zygote.root.iterdir())
+        zygote.proc.kill()
+        zygote.proc.wait()
+        with pytest.raises(_servers.EvaluatorFailure, match="zygote"):
+            _servers.Forked(zygote, "cpu")
+        assert set(zygote.root.iterdir()) == before  # the evaluation directory it made is gone again
+    finally:
+        zygote.close()
