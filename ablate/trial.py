@@ -192,7 +192,9 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
     writer = store.begin(spec.study, spec.trial_id, attempt)
     model = _Streamed(provider, writer)
     writer.log(f"trial {spec.trial_id} attempt {attempt} on {env['host']} (gpu: {env['gpu']})")
+    gpu_lock = None
     try:
+        gpu_lock = claim_gpu(env, spec.trial_id, writer.log)  # its agent's timings and its verdict alike
         with writer.capture_logs("ablate.models", "ablate.evaluate"):
             started = datetime.now(timezone.utc).isoformat()
             # the store (other trials' records and workspaces) stays out of sight wherever it lies
@@ -231,6 +233,32 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
     except BaseException as e:
         writer.fail(failure_of(e), paid=model.usage.to_dict())
         raise
+    finally:
+        if gpu_lock is not None:
+            gpu_lock.release()
+
+
+def claim_gpu(env: dict[str, Any], trial_id: str, log):
+    """Hold the trial's GPU from its agent's first turn to its verdict: the agent times its own
+    kernels there and the judge times the submission, so another study (or a rescore) on the same
+    GPU waits rather than timing into this one. The judges this process starts go ahead under the
+    hold. Returns the lock to release, or None (no GPU; or no usable lock file, said in the record
+    as env["gpu_lock"] and on stderr)."""
+    if not env.get("gpu"):
+        return None
+    from ablate.evaluate._gpu import DeviceLock
+
+    def note(message: str) -> None:
+        log(message)
+        print(f"ablate: {trial_id}: {message}", file=sys.stderr, flush=True)
+
+    lock = DeviceLock.for_current_device()
+    if lock.acquire(note, f"trial {trial_id}"):
+        env["gpu_lock"] = "held"
+        return lock
+    env["gpu_lock"] = f"unavailable: {lock.why}"
+    note(f"the GPU's lock file cannot be used ({lock.why}): nothing keeps other runs off this GPU")
+    return None
 
 
 def trial_record(spec: TrialSpec, model, harness: dict[str, Any], agent, evaluation: dict[str, Any], eval_s: float,

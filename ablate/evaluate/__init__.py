@@ -36,8 +36,8 @@ rotating sets, one element of each is moved, and L2 is flushed (persisting L2 ch
 median of ~100 ms of calls; calls drawn at random after they return are sealed and re-checked
 against the reference of their exact input; the device must go idle when the timed stream does;
 times faster than the physical speed of light are rejected; speedups over 3x are flagged. One
-evaluation at a time per GPU (a lock on its UUID, held by the judge; "no_device_lock" in flags
-when it cannot be taken). CPU: Triton's interpreter, a handful of calls, labelled "cpu-interpreted".
+evaluation at a time per GPU (a lock on its UUID, held by the judge, or by the trial that started
+it for the whole trial; "no_device_lock" in flags when it cannot be taken). CPU: Triton's interpreter, a handful of calls, labelled "cpu-interpreted".
 
 Result keys: verdict, reasons, details {reason: message}, operator, shape_set, submission_sha256,
 seed, evaluator_version, sandbox ("bwrap" | "none", with sandbox_note when unconfined), timing

@@ -85,17 +85,20 @@ def flush_buffer() -> torch.Tensor:
 
 
 class DeviceLock:
-    """One evaluation at a time on a GPU, across the processes and users of this machine: two
+    """One user of a GPU's clock at a time, across the processes and users of this machine: two
     studies, a rescore beside a study, or a judge left over from a killed run would otherwise time
     on the same device at once and each read the other's work into its numbers. An flock on a file
-    named for the GPU's UUID, held by the judge from its first measurement to its verdict; the
-    kernel releases it if the holder dies. ABLATE_GPU_LOCK_DIR moves the file (default /tmp)."""
+    named for the GPU's UUID; the kernel releases it if the holder dies. A trial holds it from its
+    agent's first turn to its verdict (its agent benchmarks on the GPU too), and the judges that
+    trial starts go ahead under it (`parent_may_hold`); a judge started elsewhere holds it from its
+    first measurement to its verdict. ABLATE_GPU_LOCK_DIR moves the file (default /tmp)."""
 
     def __init__(self, key: str, directory: str | None = None):
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
         self.path = os.path.join(directory or os.environ.get("ABLATE_GPU_LOCK_DIR") or "/tmp", f"ablate-gpu-{safe}.lock")
         self.fd: int | None = None
         self.why: str | None = None
+        self.by_parent = False  # held by the process that started this one (a trial, for its judge)
 
     @classmethod
     def for_current_device(cls) -> "DeviceLock":
@@ -103,8 +106,9 @@ class DeviceLock:
         uuid = getattr(props, "uuid", None)
         return cls(str(uuid) if uuid else f"{props.name}-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
 
-    def acquire(self, note, doing: str = "") -> bool:
-        """Wait for the GPU (saying so through `note` while another evaluation holds it). False,
+    def acquire(self, note, doing: str = "", parent_may_hold: bool = False) -> bool:
+        """Wait for the GPU (saying so through `note` while another holds it). parent_may_hold:
+        when the holder is this process's parent, go ahead under its hold (`by_parent`). False,
         with `why`, when the lock file cannot be used: the caller reports that, it does not wait."""
         import fcntl
 
@@ -128,6 +132,10 @@ class DeviceLock:
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
             except OSError:
                 holder = "another process"
+            if parent_may_hold and holder.startswith(f"pid {os.getppid()} "):
+                os.close(fd)  # the trial that started this judge holds the GPU for it
+                self.by_parent = True
+                return True
             note(f"waiting for the GPU: {holder} is using it (one evaluation at a time per GPU)")
             t0 = time.monotonic()
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -143,6 +151,7 @@ class DeviceLock:
         return True
 
     def release(self) -> None:
+        self.by_parent = False
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor releases the flock
             self.fd = None

@@ -109,7 +109,7 @@ class Evaluation:
         self.info = _gpu.device_info(self.device)
         if self.device == "cuda":
             self.lock = _gpu.DeviceLock.for_current_device()
-            if not self.lock.acquire(self.note, f"judging {self.op.name}"):
+            if not self.lock.acquire(self.note, f"judging {self.op.name}", parent_may_hold=True):
                 self.flags.append("no_device_lock")  # timed without knowing the GPU was its own
                 self.note(f"the GPU's lock file cannot be used ({self.lock.why}): timing without it")
         tree, _ = _static.parse(self.source)

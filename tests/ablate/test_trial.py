@@ -207,3 +207,23 @@ def test_every_change_of_kernel_py_is_snapshotted_with_the_spend_so_far(tmp_path
     assert taken[0]["tokens"] < taken[1]["tokens"] < taken[2]["tokens"] <= rec.usage["total_tokens"]
     assert [(path / "snapshots" / t["file"]).read_text() for t in taken] == writes
     assert rec.snapshots["not_kept"] == {} and not (path / "workspace" / "snapshots").exists()  # out of the agent's reach
+
+
+def test_a_trial_claims_its_gpu_and_says_so_in_its_environment(tmp_path, monkeypatch):
+    import os
+
+    from ablate import trial as trial_mod
+    from ablate.evaluate import _gpu
+
+    assert trial_mod.claim_gpu({"gpu": None}, "t", print) is None  # no GPU: nothing to hold
+    monkeypatch.setattr(_gpu.DeviceLock, "for_current_device", classmethod(lambda cls: cls("GPU-x", str(tmp_path))))
+    env = {"gpu": "NVIDIA H200"}
+    lock = trial_mod.claim_gpu(env, "t", print)
+    assert env["gpu_lock"] == "held" and lock.fd is not None
+    assert open(lock.path).read() == f"pid {os.getpid()} (trial t)"
+    lock.release()
+    monkeypatch.setattr(_gpu.DeviceLock, "for_current_device",
+                        classmethod(lambda cls: cls("GPU-x", str(tmp_path / "missing"))))
+    env, lines = {"gpu": "NVIDIA H200"}, []
+    assert trial_mod.claim_gpu(env, "t", lines.append) is None
+    assert env["gpu_lock"].startswith("unavailable") and "nothing keeps other runs off this GPU" in lines[-1]

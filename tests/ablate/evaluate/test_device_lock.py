@@ -49,3 +49,26 @@ def test_different_gpus_do_not_wait_for_each_other(tmp_path):
 def test_an_unusable_lock_directory_is_reported_not_waited_on(tmp_path):
     lock = DeviceLock("GPU-test", str(tmp_path / "missing"))
     assert lock.acquire(print) is False and "missing" in lock.why
+
+
+CHILD = ("import sys; from ablate.evaluate._gpu import DeviceLock; "
+         "lock = DeviceLock('GPU-test', sys.argv[1]); ok = lock.acquire(print, 'a judge', parent_may_hold=True); "
+         "print('child', ok, lock.by_parent, flush=True)")
+
+
+def test_a_judge_started_by_the_trial_that_holds_the_gpu_goes_ahead_under_its_hold(tmp_path):
+    """The trial holds its GPU for its agent and its verdict; its own judge must not wait for it
+    (it would wait forever), while a judge of any other process still does."""
+    trial = DeviceLock("GPU-test", str(tmp_path))
+    assert trial.acquire(print, "trial t1")
+    try:
+        child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True, timeout=30)
+        assert child.stdout.strip().splitlines()[-1] == "child True True", child.stdout + child.stderr
+        # a grandchild (not started by the holder) waits: shown by a timeout
+        outsider = subprocess.run([sys.executable, "-c", "import subprocess, sys; "
+                                   "subprocess.run([sys.executable, '-c', sys.argv[1], sys.argv[2]], timeout=1)",
+                                   CHILD, str(tmp_path)], capture_output=True, text=True, timeout=30)
+        assert "TimeoutExpired" in outsider.stderr and "waiting for the GPU: pid" in outsider.stdout
+    finally:
+        trial.release()
+
