@@ -102,9 +102,10 @@ class DeviceLock:
 
     @classmethod
     def for_current_device(cls) -> "DeviceLock":
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
         uuid = getattr(props, "uuid", None)
-        return cls(str(uuid) if uuid else f"{props.name}-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
+        return cls(str(uuid) if uuid else f"{props.name}-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}-{index}")
 
     def acquire(self, note, doing: str = "", parent_may_hold: bool = False) -> bool:
         """Wait for the GPU (saying so through `note` while another holds it). parent_may_hold:
