@@ -95,7 +95,8 @@ class DeviceLock:
 
     def __init__(self, key: str, directory: str | None = None):
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
-        self.path = os.path.join(directory or os.environ.get("ABLATE_GPU_LOCK_DIR") or "/tmp", f"ablate-gpu-{safe}.lock")
+        where = directory or os.environ.get("ABLATE_GPU_LOCK_DIR") or "/tmp"
+        self.path = os.path.join(where, f"ablate-gpu-{safe}.lock")
         self.fd: int | None = None
         self.why: str | None = None
         self.by_parent = False  # held by the process that started this one (a trial, for its judge)

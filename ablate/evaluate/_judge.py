@@ -435,7 +435,7 @@ class Evaluation:
         base = base or {"ms": {}, "skipped": {}}
         return {"shape": shape, "shape_id": _shape_id(shape), "correct": False, "max_abs_error": None, "error": None,
                 "time_ms": None, "wall_ms": None, "baselines_ms": dict(base["ms"]),
-                "baselines_skipped": dict(base["skipped"]),
+                "baselines_skipped": dict(base["skipped"]), "baselines_noisy": list(base.get("noisy") or ()),
                 "best_baseline": None, "speedup_vs_best": None, "sol_fraction": None, "margin": None,
                 "error_stats": None, "envelope": None}
 

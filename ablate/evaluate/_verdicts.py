@@ -55,6 +55,8 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
         row["speedup_vs_best"] = row["baselines_ms"][best] / med if med > 0 else None
         if row["speedup_vs_best"] and row["speedup_vs_best"] > FLAG_SPEEDUP:
             row.setdefault("flags", []).append(f"speedup_over_{FLAG_SPEEDUP:g}x")
+        if best in (row.get("baselines_noisy") or ()):  # no two of its timing runs agreed
+            row.setdefault("flags", []).append("noisy_best_baseline")
     if device != "cuda":
         return
     ran.add("stream_mismatch")

@@ -80,3 +80,13 @@ def test_malformed_timing_is_tampering(bad):
     fails = {}
     judge_time(row(), SHAPE, bad, fails, set(), op=OP, device="cuda", ceilings=CEIL)
     assert "driver_tampered" in fails
+
+
+def test_a_best_library_whose_timing_runs_never_agreed_is_flagged():
+    r = row()
+    r["baselines_noisy"] = ["liger"]
+    assert judge(r, 0.08)[0] == {} and "noisy_best_baseline" in r["flags"]
+    r = row()
+    r["baselines_noisy"] = ["torch_eager"]  # not the best: the ratio does not rest on it
+    judge(r, 0.08)
+    assert "noisy_best_baseline" not in r.get("flags", [])

@@ -1,0 +1,46 @@
+"""A library's time is cached and decides every ratio on its device: it is timed until two runs
+agree (ablate.evaluate._baselines.settled), so one run disturbed by another process cannot make
+the library look slow for good."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ablate.evaluate._baselines import AGREE, MAX_RUNS, measure, settled
+
+
+def test_two_runs_that_agree_settle_it_at_the_smaller():
+    assert settled([]) is None and settled([1.0]) is None
+    assert settled([1.0, 1.0 + AGREE / 2]) == 1.0
+    assert settled([1.4, 1.0]) is None  # a disturbed run: measure again
+    assert settled([1.4, 1.0, 1.01]) == 1.0
+    assert settled([1.0, 2.0, 3.0, 4.0][:MAX_RUNS]) == 1.0  # never agreeing: the smallest, after MAX_RUNS
+
+
+def _measure(times, device="cuda"):
+    calls = []
+    ev = SimpleNamespace(device=device, cfg={"cuda_graph": False})
+    b = SimpleNamespace(fn=lambda x: calls.append(1) or x * 2)
+    seq = iter(times)
+    return measure(ev, b, [(torch.ones(4),)], timer=lambda fn, live, sources: next(seq))
+
+
+def test_a_disturbed_timing_run_is_measured_again_and_left_out():
+    # 1.40 ms: the run another process disturbed; the next two agree
+    out = _measure([1.40, 1.00, 1.01])
+    assert out["ms"] == pytest.approx(1.00) and out["runs"] == [1.40, 1.00, 1.01] and "noisy" not in out
+
+
+def test_runs_that_never_agree_are_flagged_noisy():
+    out = _measure([1.0, 1.5, 2.0, 2.6, 9.9])
+    assert out["ms"] == 1.0 and len(out["runs"]) == MAX_RUNS and out["noisy"] is True
+
+
+def test_on_a_cpu_one_run_is_enough():  # the interpreter's clock is labelled, never compared
+    assert _measure([3.0, 9.0], device="cpu") == {"ms": 3.0, "runs": [3.0]}
+
+
+def test_a_library_that_raises_is_reported_not_fatal():
+    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False})
+    out = measure(ev, SimpleNamespace(fn=lambda x: 1 / 0), [(torch.ones(1),)], timer=lambda *a: 1.0)
+    assert out["error"].startswith("raised ZeroDivisionError")
