@@ -184,6 +184,7 @@ def trial_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "tokens": _num(usage.get("total_tokens"), 0.0), "cost_usd": _num(usage.get("cost_usd"), 0.0),
             "turns": _num(agent.get("turns")), "wall_s": _num(agent.get("wall_s")), "tool_s": _num(agent.get("tool_s")),
             "gpu_s": _num(agent.get("gpu_s")), "evaluation_s": _num(r.get("evaluation_s")),
+            "flags": ",".join(evaluation_flags(r)),
             "key_fields": r.get("match_fields"), "environment_key": r.get("environment_key"),
             "harness": r.get("harness"), "dir": r.get("_dir"),
         })
@@ -194,7 +195,20 @@ def trial_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
 TRIAL_COLUMNS = ["trial_id", "study", "arm", "harness_id", "model", "operator", "seed", "match_key", "timing", "device",
                  "outcome", "verdict", "reasons", "end_reason", "budget_exhausted", "speedup", "sol", "shapes",
                  "shapes_correct", "tokens", "cost_usd", "turns", "wall_s", "tool_s", "gpu_s", "evaluation_s",
-                 "key_fields", "environment_key", "harness", "dir"]
+                 "flags", "key_fields", "environment_key", "harness", "dir"]
+
+
+def evaluation_flags(r: dict[str, Any]) -> list[str]:
+    """What the judge flagged for a human look (a speedup over 3x, a noisy best library, a GPU it
+    could not lock or trace, a time at speed of light) and an unconfined candidate: the reasons a
+    trial's number, though accepted, may still be wrong."""
+    ev = r.get("evaluation") or {}
+    flags = {str(f) for f in ev.get("flags") or () if isinstance(f, str)}
+    if ev.get("sandbox") == "none":
+        flags.add("unconfined_candidate")
+    if str((r.get("environment") or {}).get("gpu_lock", "held")).startswith("unavailable"):
+        flags.add("no_trial_gpu_lock")
+    return sorted(flags)
 
 
 def _label_variants(df: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,7 @@ def notes(s: dict[str, Any]) -> list[str]:
     lines += s["variants"]
     lines += tables.refusal_lines(s["refusals"])
     lines += s.get("footing", [])
+    lines += s.get("flagged", [])
     return lines
 
 

@@ -384,6 +384,21 @@ def rejection_table(df: pd.DataFrame) -> pd.DataFrame:
     return counts.sort_values(["arm", "trials", "reason"], ascending=[True, False, True], ignore_index=True)
 
 
+def flagged_lines(df: pd.DataFrame) -> list[str]:
+    """One line per flag that accepted trials carry, with how many and which: their numbers count in
+    every table, and these are the ones a reader should look at first."""
+    accepted = df[(df["outcome"] == "accepted") & (df["flags"].fillna("") != "")]
+    by_flag: dict[str, list[str]] = {}
+    for _, r in accepted.iterrows():
+        for f in str(r["flags"]).split(","):
+            by_flag.setdefault(f, []).append(str(r["trial_id"]))
+    lines = []
+    for f, ids in sorted(by_flag.items()):
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        lines.append(f"flag {f}: {len(ids)} accepted trial(s) to look at before trusting their numbers ({shown})")
+    return lines
+
+
 def summary(path: Path | str, baseline: str | None = None, rejected_as: float | str = 1.0,
             activity: bool = False) -> dict[str, Any]:
     """Every table of a study directory. ``activity``: also read transcripts (mechanism use, best-so-far)."""
@@ -404,6 +419,7 @@ def summary(path: Path | str, baseline: str | None = None, rejected_as: float | 
         out["planning"] = planning_table(df, baseline, rejected_as, paired=paired)
         out["operator_ratios"] = operator_ratio_table(df, baseline, rejected_as, paired=paired)
         out["refusals"] = [r for *_, refused in paired for r in refused]
+    out["flagged"] = flagged_lines(df)
     if activity:
         progress, use = frames.activity(records)
         out.update(progress=progress, mechanisms=mechanism_table(df, use), footing=footing_lines(progress, df, records, path),

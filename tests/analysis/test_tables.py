@@ -336,3 +336,29 @@ def test_a_snapshot_judged_on_another_device_or_evaluator_version_is_no_point(tm
     progress, _ = frames.activity(frames.load(tmp_path)[0])
     points = progress[progress["source"] == "snapshot"]
     assert list(points["seed"]) == [2] and list(points["speedup"]) == [3.0]
+
+
+def _flag(tmp_path, arm, seed, flags, speedup=1.5, outcome="accepted", sandbox="bwrap"):
+    path = write_trial(tmp_path, arm, seed, speedup, outcome)
+    rec = json.loads((path / "record.json").read_text())
+    rec["evaluation"]["flags"] = flags
+    rec["evaluation"]["sandbox"] = sandbox
+    (path / "record.json").write_text(json.dumps(rec))
+    return rec["trial_id"]
+
+
+def test_accepted_trials_the_judge_flagged_are_named_before_the_numbers(tmp_path):
+    """A speedup over 3x, a noisy best library, a GPU the judge could not lock, an unconfined
+    candidate: the trial still counts, and the report names it first so a reader looks at it."""
+    fast = _flag(tmp_path, "kda05", 0, ["speedup_over_3x"], speedup=4.0)
+    noisy = _flag(tmp_path, "kda05", 1, ["noisy_best_baseline", "speedup_over_3x"], speedup=3.5)
+    _flag(tmp_path, "kda05", 2, ["speedup_over_3x"], outcome="rejected")  # not counted as a speedup: not listed
+    loose = _flag(tmp_path, "goal_only", 0, [], sandbox="none")
+    _flag(tmp_path, "goal_only", 1, [])
+    s = tables.summary(tmp_path, "goal_only")
+    lines = {line.split(":")[0]: line for line in s["flagged"]}
+    assert set(lines) == {"flag noisy_best_baseline", "flag speedup_over_3x", "flag unconfined_candidate"}
+    assert "2 accepted trial(s)" in lines["flag speedup_over_3x"] and fast in lines["flag speedup_over_3x"] \
+        and noisy in lines["flag speedup_over_3x"]
+    assert loose in lines["flag unconfined_candidate"]
+    assert all(line in report.text(tmp_path, baseline="goal_only") for line in s["flagged"])
