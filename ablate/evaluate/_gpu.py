@@ -93,6 +93,9 @@ class DeviceLock:
     trial starts go ahead under it (`parent_may_hold`); a judge started elsewhere holds it from its
     first measurement to its verdict. ABLATE_GPU_LOCK_DIR moves the file (default /tmp)."""
 
+    POLL_S = 0.1
+    REMIND_S = 60.0  # a waiting judge's caller hears from it at least this often (its own limit is an hour)
+
     def __init__(self, key: str, directory: str | None = None):
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
         where = directory or os.environ.get("ABLATE_GPU_LOCK_DIR") or "/tmp"
@@ -130,17 +133,22 @@ class DeviceLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            except OSError:
-                holder = "another process"
+            holder = self._holder(fd)
             if parent_may_hold and holder.startswith(f"pid {os.getppid()} "):
                 os.close(fd)  # the trial that started this judge holds the GPU for it
                 self.by_parent = True
                 return True
-            note(f"waiting for the GPU: {holder} is using it (one evaluation at a time per GPU)")
-            t0 = time.monotonic()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            note(f"waiting for the GPU: {holder} is using it (one user of its clock at a time)")
+            t0 = last = time.monotonic()
+            while True:  # polled, not blocked on: a line every minute keeps the caller informed (and waiting)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    time.sleep(self.POLL_S)
+                if time.monotonic() - last >= self.REMIND_S:
+                    last = time.monotonic()
+                    note(f"still waiting for the GPU ({last - t0:.0f} s): {self._holder(fd)} is using it")
             note(f"the GPU is free after {time.monotonic() - t0:.0f} s")
         except OSError as e:
             os.close(fd)
@@ -151,6 +159,13 @@ class DeviceLock:
             os.pwrite(fd, f"pid {os.getpid()} ({doing or 'an evaluation'})".encode(), 0)
         self.fd = fd
         return True
+
+    @staticmethod
+    def _holder(fd: int) -> str:
+        try:
+            return os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+        except OSError:
+            return "another process"
 
     def release(self) -> None:
         self.by_parent = False
