@@ -30,8 +30,12 @@ def operator_hash(op, node: dict | None) -> str:
 
     h = hashlib.sha256(json.dumps(node or {}, sort_keys=True, default=str).encode())
     files = set(Path(p) for p in op.task_files.values())
+    here = Path(operators.__file__).parent
+    files.add(here / "_inputs.py")  # how every operator's input distributions are drawn
     if op.name in operators.REGISTRY:
         files |= set(Path(sys.modules[operators.REGISTRY[op.name]].__file__).parent.glob("*.py"))
+    elif (adapter := here / f"{(node or op.source or {}).get('source', '')}.py").is_file():
+        files.add(adapter)  # an external format's adapter draws its inputs and builds its reference
     for p in sorted(files):
         try:
             h.update(p.name.encode() + p.read_bytes())

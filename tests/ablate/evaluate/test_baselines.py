@@ -44,3 +44,29 @@ def test_a_library_that_raises_is_reported_not_fatal():
     ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False})
     out = measure(ev, SimpleNamespace(fn=lambda x: 1 / 0), [(torch.ones(1),)], timer=lambda *a: 1.0)
     assert out["error"].startswith("raised ZeroDivisionError")
+
+
+def test_a_change_to_the_code_that_draws_the_inputs_measures_the_baselines_again(tmp_path, monkeypatch):
+    """The cache key of a baseline's time and envelope (operator_hash) covers the operator's own
+    folder, the shared input distributions and, for an external format, its adapter."""
+    import shutil
+    from pathlib import Path
+
+    import operators
+    from ablate.evaluate._baselines import operator_hash
+    from operators import kernelbench
+
+    data = Path(__file__).parents[2] / "operators" / "data" / "kernelbench"
+    [op] = kernelbench.load(data, 1, ["3"])
+    node = dict(op.source)
+    fake = tmp_path / "operators"
+    fake.mkdir()
+    for name in ("__init__.py", "_inputs.py", "kernelbench.py"):
+        shutil.copy(Path(operators.__file__).parent / name, fake / name)
+    monkeypatch.setattr(operators, "__file__", str(fake / "__init__.py"))
+    first = operator_hash(op, node)
+    assert operator_hash(op, node) == first
+    (fake / "kernelbench.py").write_text((fake / "kernelbench.py").read_text() + "\n# drawn elsewhere now\n")
+    second = operator_hash(op, node)
+    (fake / "_inputs.py").write_text((fake / "_inputs.py").read_text() + "\n# another distribution\n")
+    assert len({first, second, operator_hash(op, node)}) == 3
