@@ -91,7 +91,10 @@ class DeviceLock:
     named for the GPU's UUID; the kernel releases it if the holder dies. A trial holds it from its
     agent's first turn to its verdict (its agent benchmarks on the GPU too), and the judges that
     trial starts go ahead under it (`parent_may_hold`); a judge started elsewhere holds it from its
-    first measurement to its verdict. ABLATE_GPU_LOCK_DIR moves the file (default /tmp)."""
+    first measurement to its verdict. ABLATE_GPU_LOCK_DIR moves the file (default /tmp). It
+    coordinates ablate's own processes; it is no defence against a local user (nor an unconfined
+    agent) who writes into the file or uses the GPU directly. Confined agents and candidates have
+    a private /tmp and never see it."""
 
     POLL_S = 0.1
     REMIND_S = 60.0  # a waiting judge's caller hears from it at least this often (its own limit is an hour)
