@@ -23,7 +23,9 @@ def test_a_second_evaluation_waits_for_the_first_and_says_who_holds_the_gpu(tmp_
         lock.REMIND_S = 0.2  # a line every minute in use, so that a waiting judge's caller keeps waiting
         waiter = threading.Thread(target=lambda: lock.acquire(notes.append, "the waiter") and got.set())
         waiter.start()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(n.startswith("still waiting") for n in notes):
+            time.sleep(0.05)
         assert not got.is_set(), "took the GPU while another evaluation held it"
         assert notes and f"pid {holder.pid} (the holder)" in notes[0]
         assert any(n.startswith("still waiting for the GPU") and f"pid {holder.pid}" in n for n in notes[1:])
