@@ -395,7 +395,7 @@ class Evaluation:
         t0 = time.perf_counter()
         if len(kept) < 2:
             fails.setdefault("stale_output", f"{len(kept)} timed call(s) kept for checking; the loop keeps at least 2")
-        made: dict = {}  # the source set last rebuilt: kept calls come grouped by set, each set rebuilt once
+        built = (None, None)  # (set, its inputs): kept calls sorted by set, so each set is rebuilt once
         for msg, fds in sorted(kept, key=lambda m: str(m[0].get("set"))):
             if msg.get("entries") is None and not fds:
                 fails.setdefault("stale_output", f"timed call {msg.get('call')} returned something other than tensors")
@@ -404,10 +404,9 @@ class Evaluation:
                 j, moves = int(msg["set"]), [tuple(int(x) for x in m) for m in msg.get("moves") or []]
                 if j not in plan["sources"]:
                     raise ValueError(f"set {j} is not a timing source")
-                if j not in made:
-                    made.clear()
-                    made[j] = self.input_set(shape, j, references=False)
-                ins, _, exp = made[j]
+                if built[0] != j:
+                    built = (j, self.input_set(shape, j, references=False))
+                ins, _, exp = built[1]
                 ins = apply_perturbation(ins, moves)
                 refs = _correctness.reference_outputs(self.op, ins)
                 outs = self.read_outputs(msg, fds, exp)
@@ -422,7 +421,7 @@ class Evaluation:
                 f = _correctness.judge_set(self.op, outs, refs, ins, env)[0]
             if f:
                 fails.setdefault("stale_output", f"timed call {msg.get('call')}: {next(iter(f.values()))}")
-        made.clear()
+        built = None
         seconds["checking_timed"] = time.perf_counter() - t0
         _verdicts.judge_time(row, shape, timing.get("result"), fails, ran, op=self.op, device=self.device,
                              ceilings=self.ceilings, l2_bytes=self.info.get("l2_bytes"))
@@ -659,7 +658,7 @@ def main(fd: int, parent: int | None = None) -> int:
         finally:
             if ev is not None and ev.lock is not None:
                 ev.lock.release()
-            ev = None
+            ev = None  # its tensors go with it: _release_memory can hand their memory back
             _release_memory()
 
 
