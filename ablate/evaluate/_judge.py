@@ -424,7 +424,8 @@ class Evaluation:
         built = None
         seconds["checking_timed"] = time.perf_counter() - t0
         _verdicts.judge_time(row, shape, timing.get("result"), fails, ran, op=self.op, device=self.device,
-                             ceilings=self.ceilings, l2_bytes=self.info.get("l2_bytes"))
+                             ceilings=self.ceilings, l2_bytes=self.info.get("l2_bytes"),
+                             written=_correctness.output_bytes(plan["expected"]) if "expected" in plan else None)
         if timing.get("l2_checked"):
             ran.add("l2_persistence")
         if self.mode == "cuda-graph":

@@ -3,9 +3,11 @@
 - The best library of the shape is the fastest baseline that passed the correctness rule;
   speedup_vs_best is its time over the kernel's.
 - Speed of light is physical: the roofline floor is the fewest bytes the operator must move
-  (less what L2 can hold back: writes may still sit in L2 when the end event fires) over the
-  memory ceiling, or its flops over the compute ceiling, whichever is larger, where a ceiling is
-  the higher of the datasheet peak and the best measured rate. sol_fraction = floor / time.
+  over the memory ceiling, or its flops over the compute ceiling, whichever is larger, where a
+  ceiling is the higher of the datasheet peak and the best measured rate. Of the bytes, the
+  outputs' writes may still sit in L2 when the end event fires, so up to L2's size of them is
+  not counted; the reads are all counted, since L2 is flushed after the inputs are put in place
+  and before the start event (_timing). sol_fraction = floor / time.
   A time below the floor by more than the noise margin is rejected (below_roofline); within it,
   sol_fraction is reported as 1.0 and the row says so.
 - The device still busy after the timed stream finished means work was left on another stream.
@@ -31,14 +33,17 @@ STREAM_LAG_MS, STREAM_LAG_FRACTION = 0.05, 0.25
 TRACE_SLACK_MS = 0.002
 
 
-def floor_ms(op, shape: dict, ceilings: dict, l2_bytes: int | None) -> float:
-    """The physical minimum time of the operator on this shape, in ms."""
-    moved = max(0, op.bytes(shape) - (l2_bytes or 0))
+def floor_ms(op, shape: dict, ceilings: dict, l2_bytes: int | None, written: int | None = None) -> float:
+    """The physical minimum time of the operator on this shape, in ms. written: the bytes of its
+    outputs (None: unknown, and then every byte is taken as one L2 could hold back)."""
+    total = op.bytes(shape)
+    written = total if written is None else min(max(0, written), total)
+    moved = total - written + max(0, written - (l2_bytes or 0))
     return max(moved / (ceilings["copy_gbps"] * 1e9), op.flops(shape) / (ceilings["matmul_tflops"] * 1e12)) * 1e3
 
 
 def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, device: str, ceilings: dict | None,
-               l2_bytes: int | None = None) -> None:
+               l2_bytes: int | None = None, written: int | None = None) -> None:
     try:
         t = {k: float(timing[k]) for k in ("median", "p10", "p90")}
         n, wall = int(timing["n"]), float(timing["wall_ms"])
@@ -84,7 +89,7 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
                                                      f"CUPTI), the events say {med:.4f} ms")
     if ceilings:
         ran.add("below_roofline")
-        floor = floor_ms(op, shape, ceilings, l2_bytes)
+        floor = floor_ms(op, shape, ceilings, l2_bytes, written)
         row["floor_ms"] = floor
         sol = floor / med if med > 0 else math.inf
         if sol > 1 + NOISE:

@@ -46,8 +46,32 @@ def test_time_below_the_physical_floor_is_rejected_not_halved():
 
 def test_l2_can_hold_back_writes_so_small_problems_have_a_lower_floor():
     assert floor_ms(OP, SHAPE, CEIL, 50 << 20) < floor_ms(OP, SHAPE, CEIL, None)
-    small = {"M": 8, "N": 512}  # all its bytes fit in L2: only its flops bound it
+    small = {"M": 8, "N": 512}  # all its bytes fit in L2 and are taken as writes: only its flops bound it
     assert floor_ms(OP, small, CEIL, 50 << 20) == pytest.approx(OP.flops(small) / 989e12 * 1e3)
+
+
+def test_l2_holds_back_writes_not_reads():
+    # half of OP's bytes are its output; L2 is flushed after the inputs are in place, so the reads
+    # always count and only the writes beyond L2's size do
+    half = OP.bytes(SHAPE) // 2
+    assert floor_ms(OP, SHAPE, CEIL, 50 << 20, written=half) == pytest.approx(
+        (half + max(0, half - (50 << 20))) / 4800e9 * 1e3)
+    assert floor_ms(OP, SHAPE, CEIL, 1 << 40, written=half) == pytest.approx(half / 4800e9 * 1e3)
+
+
+def test_a_forged_time_on_a_problem_that_fits_in_l2_is_still_below_the_floor():
+    # a top-k-like call: 8 MiB read, a few KiB written, all of it smaller than L2. Taking every byte
+    # as one L2 could hold back made its floor zero, so any forged time passed.
+    op = SimpleNamespace(bytes=lambda s: (8 << 20) + 4096, flops=lambda s: 0)
+    floor = floor_ms(op, SHAPE, CEIL, 60 << 20, written=4096)
+    assert floor == pytest.approx((8 << 20) / 4800e9 * 1e3)
+    fails, ran = {}, set()
+    judge_time(row(), SHAPE, timed(floor / 3), fails, ran, op=op, device="cuda", ceilings=CEIL, l2_bytes=60 << 20,
+               written=4096)
+    assert "below_roofline" in fails
+    fails = {}
+    judge_time(row(), SHAPE, timed(floor / 3), fails, set(), op=op, device="cuda", ceilings=CEIL, l2_bytes=60 << 20)
+    assert fails == {}  # the old, lenient bound: what the judge no longer uses
 
 
 def test_speedup_above_the_flag_is_marked_for_a_human_look():
