@@ -37,7 +37,9 @@ median of ~100 ms of calls; calls drawn at random after they return are sealed a
 against the reference of their exact input; the device must go idle when the timed stream does;
 times faster than the physical speed of light are rejected; speedups over 3x are flagged. A
 library's time is cached once timed, so it is timed until two runs agree within 3%
-("noisy_best_baseline" in a row's flags when no two of four did). One
+("noisy_best_baseline" in a row's flags when no two of four did). After each library's timing
+and each candidate's, a canary copy probes for another process on the GPU ("contended_baseline",
+that time used once and not cached; "gpu_contended", with the row's "contention" saying why). One
 evaluation at a time per GPU (a lock on its UUID, held by the judge, or by the trial that started
 it for the whole trial; "no_device_lock" in flags when it cannot be taken). CPU: Triton's
 interpreter, a handful of calls, labelled "cpu-interpreted".
@@ -46,8 +48,8 @@ Result keys: verdict, reasons, details {reason: message}, operator, shape_set, s
 seed, evaluator_version, sandbox ("bwrap" | "none", with sandbox_note when unconfined), timing
 ("cuda-events" | "cuda-graph" | "cpu-interpreted" | "none"), device, ceilings, checks {reason:
 pass|fail|skip}, static_flags, flags, shapes [{shape, shape_id, correct, max_abs_error, error,
-time_ms, wall_ms, baselines_ms, baselines_skipped, baselines_noisy, best_baseline, speedup_vs_best,
-sol_fraction, floor_ms, flags, seconds}], geomean_speedup (accepted submissions only), draws, seconds,
+time_ms, wall_ms, baselines_ms, baselines_skipped, baselines_noisy, baselines_contended, best_baseline,
+speedup_vs_best, sol_fraction, floor_ms, flags, contention, seconds}], geomean_speedup (accepted submissions only), draws, seconds,
 phase_seconds. The reason codes and what each means: REASONS (_reasons.py).
 
 Environment: ABLATE_CACHE_DIR (default ~/.cache/ablate), ABLATE_EVAL_SANDBOX=none (candidates

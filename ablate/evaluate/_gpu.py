@@ -298,9 +298,53 @@ def physical_ceilings(name: str, measured_bw: float, measured_flops: float) -> d
 
 
 def measure_ceilings() -> dict:
-    """The GPU's ceilings as the evaluator uses and caches them."""
+    """The GPU's ceilings as the evaluator uses and caches them, with the canary copy's rate
+    measured beside them (what `contention` compares against)."""
     bw, flops = best_rates(ceiling_rows())
-    return physical_ceilings(torch.cuda.get_device_name(), bw, flops)
+    return {**physical_ceilings(torch.cuda.get_device_name(), bw, flops), "canary_gbps": round(canary_gbps(), 1)}
+
+
+# Anything else running on the GPU shows as a slower copy: run beside ours (MPS), it takes
+# bandwidth; time-sliced with ours (the default between processes), it takes turns. A call timed
+# on its own can fit between another context's turns, so the canary is one window of copies
+# longer than a time slice. It runs after a measurement, while this process's GPU is idle.
+CANARY_BYTES = 256 << 20
+CANARY_COPIES = 200  # ~25 ms on an H200
+CONTENDED = 0.8  # the canary at under this fraction of its rate when the ceilings were measured
+
+
+def canary_gbps() -> float:
+    """GB/s (read + written) over CANARY_COPIES back-to-back device-to-device copies of CANARY_BYTES."""
+    src = torch.empty(CANARY_BYTES // 4, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(CANARY_COPIES):
+        dst.copy_(src)
+    end.record()
+    end.synchronize()
+    del src, dst
+    return CANARY_COPIES * 2 * CANARY_BYTES / (start.elapsed_time(end) * 1e-3) / 1e9
+
+
+def contention(ceilings: dict | None, rate=canary_gbps) -> str | None:
+    """Why the GPU looks shared with another process right now, or None. Twice below CONTENDED
+    (the better of two canaries): one slow copy is jitter, two are a load."""
+    idle = (ceilings or {}).get("canary_gbps")
+    if not idle:
+        return None
+    try:
+        best = rate()
+        if best < CONTENDED * idle:
+            best = max(best, rate())
+    except torch.cuda.OutOfMemoryError:  # the problem fills the device: no probe, and no claim either way
+        return None
+    if best >= CONTENDED * idle:
+        return None
+    return (f"a {CANARY_BYTES >> 20} MiB copy ran at {best:.0f} GB/s, {best / idle:.0%} of the {idle:.0f} GB/s it ran "
+            f"at when this GPU's ceilings were measured: another process is using the GPU")
 
 
 def cpu_threads_warm() -> None:

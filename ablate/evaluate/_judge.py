@@ -423,9 +423,13 @@ class Evaluation:
                 fails.setdefault("stale_output", f"timed call {msg.get('call')}: {next(iter(f.values()))}")
         built = None
         seconds["checking_timed"] = time.perf_counter() - t0
+        from ablate.evaluate import _gpu
+
+        shared = _gpu.contention(self.ceilings) if self.device == "cuda" else None  # the candidate is idle now
         _verdicts.judge_time(row, shape, timing.get("result"), fails, ran, op=self.op, device=self.device,
                              ceilings=self.ceilings, l2_bytes=self.info.get("l2_bytes"),
-                             written=_correctness.output_bytes(plan["expected"]) if "expected" in plan else None)
+                             written=_correctness.output_bytes(plan["expected"]) if "expected" in plan else None,
+                             contention=shared)
         if timing.get("l2_checked"):
             ran.add("l2_persistence")
         if self.mode == "cuda-graph":
@@ -436,6 +440,7 @@ class Evaluation:
         return {"shape": shape, "shape_id": _shape_id(shape), "correct": False, "max_abs_error": None, "error": None,
                 "time_ms": None, "wall_ms": None, "baselines_ms": dict(base["ms"]),
                 "baselines_skipped": dict(base["skipped"]), "baselines_noisy": list(base.get("noisy") or ()),
+                "baselines_contended": dict(base.get("contended") or {}),
                 "best_baseline": None, "speedup_vs_best": None, "sol_fraction": None, "margin": None,
                 "error_stats": None, "envelope": None}
 

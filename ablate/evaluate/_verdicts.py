@@ -19,6 +19,9 @@
   in calls that are timed, not in those checked one by one). A GPU where no
   trace could be taken is said in the row (flag no_device_trace), not hidden.
 - A speedup above FLAG_SPEEDUP over the best library is flagged for a human look.
+- Another process using the GPU (the judge's canary copy, _gpu.contention) is said in the row:
+  after a library's timing (contended_baseline; that time is used once and not cached) or after
+  the candidate's (gpu_contended). Neither rejects: a shared GPU slows, it does not forge.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ def floor_ms(op, shape: dict, ceilings: dict, l2_bytes: int | None, written: int
 
 
 def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, device: str, ceilings: dict | None,
-               l2_bytes: int | None = None, written: int | None = None) -> None:
+               l2_bytes: int | None = None, written: int | None = None, contention: str | None = None) -> None:
     try:
         t = {k: float(timing[k]) for k in ("median", "p10", "p90")}
         n, wall = int(timing["n"]), float(timing["wall_ms"])
@@ -62,6 +65,11 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
             row.setdefault("flags", []).append(f"speedup_over_{FLAG_SPEEDUP:g}x")
         if best in (row.get("baselines_noisy") or ()):  # no two of its timing runs agreed
             row.setdefault("flags", []).append("noisy_best_baseline")
+        if row.get("baselines_contended"):  # any of them: a slowed library can hand "best" to another
+            row.setdefault("flags", []).append("contended_baseline")
+    if contention:
+        row.setdefault("flags", []).append("gpu_contended")
+        row["contention"] = contention
     if device != "cuda":
         return
     ran.add("stream_mismatch")

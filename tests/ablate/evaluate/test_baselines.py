@@ -70,3 +70,34 @@ def test_a_change_to_the_code_that_draws_the_inputs_measures_the_baselines_again
     second = operator_hash(op, node)
     (fake / "_inputs.py").write_text((fake / "_inputs.py").read_text() + "\n# another distribution\n")
     assert len({first, second, operator_hash(op, node)}) == 3
+
+
+def test_a_gpu_found_shared_after_a_librarys_runs_is_said_in_its_entry():
+    # two runs slowed alike by another process agree, so settling alone would keep them
+    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False})
+    b = SimpleNamespace(fn=lambda x: x * 2)
+    out = measure(ev, b, [(torch.ones(4),)], timer=lambda *a: 1.30, probe=lambda: "another process is using the GPU")
+    assert out["ms"] == 1.30 and out["contended"] == "another process is using the GPU"
+    out = measure(ev, b, [(torch.ones(4),)], timer=lambda *a: 1.00, probe=lambda: None)
+    assert "contended" not in out
+
+
+def test_a_time_taken_on_a_shared_gpu_is_used_once_and_not_cached(tmp_path, monkeypatch):
+    from ablate.evaluate import _baselines
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    times = iter([{"ms": 1.3, "runs": [1.3, 1.3], "contended": "shared"}, {"ms": 1.0, "runs": [1.0, 1.0]},
+                  {"ms": 1.0, "runs": [1.0, 1.0]}])
+    monkeypatch.setattr(_baselines, "measure", lambda ev, b, sources: next(times))
+    lib = SimpleNamespace(needs_cuda=False, unavailable=lambda: None)
+    ev = SimpleNamespace(device="cuda", op=SimpleNamespace(name="op", baselines={"lib": lib}), note=lambda m: None,
+                         info={"name": "GPU", "driver": "1"}, libs={}, op_hash="h", mode="cuda-events",
+                         input_set=lambda shape, k, references=True: ((torch.ones(2),), None, None),
+                         sources=lambda shape: [0])
+    shape = {"M": 2, "dtype": "float32"}
+    first = _baselines.for_shape(ev, shape, {})
+    assert first["ms"] == {"lib": 1.3} and first["contended"] == {"lib": "shared"}
+    second = _baselines.for_shape(ev, shape, {})  # timed again: nothing was kept from the shared GPU
+    assert second["ms"] == {"lib": 1.0} and second["contended"] == {}
+    third = _baselines.for_shape(ev, shape, {})  # and the undisturbed time is kept
+    assert third["ms"] == {"lib": 1.0} and next(times)["ms"] == 1.0  # the third measurement was never asked for

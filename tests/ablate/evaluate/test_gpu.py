@@ -140,3 +140,33 @@ def test_two_evaluations_on_one_gpu_take_turns(kernels):
     assert all(results[i]["verdict"] == "accepted" and "no_device_lock" not in results[i]["flags"] for i in (0, 1))
     waited = [i for i in (0, 1) if any("waiting for the GPU" in n for n in notes[i])]
     assert len(waited) == 1, notes
+
+
+def test_another_process_using_the_gpu_is_seen_by_the_canary():
+    """A matmul loop in another process, time-sliced with this one: the canary copy says so; once
+    it ends, the canary does not."""
+    import subprocess
+    import sys
+    import time
+
+    from ablate.evaluate import _gpu
+
+    ceilings = {"canary_gbps": max(_gpu.canary_gbps() for _ in range(3))}
+    assert _gpu.contention(ceilings) is None
+    hog = subprocess.Popen([sys.executable, "-c", (
+        "import time, torch\n"
+        "a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n"
+        "a @ a; torch.cuda.synchronize(); print('busy', flush=True)\n"
+        "end = time.time() + 60\n"
+        "while time.time() < end:\n"
+        "    a @ a\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout.readline().strip() == "busy"
+        time.sleep(0.5)
+        why = _gpu.contention(ceilings)
+        assert why and "another process is using the GPU" in why, (why, ceilings)
+    finally:
+        hog.kill()
+        hog.wait()
+    time.sleep(0.5)
+    assert _gpu.contention(ceilings) is None

@@ -21,9 +21,10 @@ def row():
             "sol_fraction": None, "time_ms": None, "wall_ms": None}
 
 
-def judge(r, median, device="cuda", l2=None, **kw):
+def judge(r, median, device="cuda", l2=None, contention=None, **kw):
     fails, ran = {}, set()
-    judge_time(r, SHAPE, timed(median, **kw), fails, ran, op=OP, device=device, ceilings=CEIL, l2_bytes=l2)
+    judge_time(r, SHAPE, timed(median, **kw), fails, ran, op=OP, device=device, ceilings=CEIL, l2_bytes=l2,
+               contention=contention)
     return fails, ran
 
 
@@ -114,3 +115,26 @@ def test_a_best_library_whose_timing_runs_never_agreed_is_flagged():
     r["baselines_noisy"] = ["torch_eager"]  # not the best: the ratio does not rest on it
     judge(r, 0.08)
     assert "noisy_best_baseline" not in r.get("flags", [])
+
+
+def test_another_process_on_the_gpu_is_said_not_rejected():
+    r = row()
+    r["baselines_contended"] = {"liger": "a 256 MiB copy ran at 60% of its rate"}
+    fails, _ = judge(r, 0.08, contention="a 256 MiB copy ran at 55% of its rate")
+    assert fails == {} and {"contended_baseline", "gpu_contended"} <= set(r["flags"])
+    assert r["contention"].endswith("55% of its rate")
+    r = row()
+    assert judge(r, 0.08) == ({}, {"below_roofline", "stream_mismatch", "timing_disagrees"}) and "flags" not in r
+
+
+def test_the_canary_names_a_shared_gpu_only_when_two_copies_are_slow():
+    from ablate.evaluate import _gpu
+
+    ceilings = {"canary_gbps": 4000.0}
+    rates = iter([2000.0, 2100.0])
+    why = _gpu.contention(ceilings, rate=lambda: next(rates))
+    assert why and "2100 GB/s, 52%" in why and "another process" in why
+    rates = iter([2000.0, 3900.0])  # one slow copy is jitter
+    assert _gpu.contention(ceilings, rate=lambda: next(rates)) is None
+    assert _gpu.contention(ceilings, rate=lambda: 3300.0) is None  # within CONTENDED of the idle rate
+    assert _gpu.contention({"copy_gbps": 4800.0}, rate=lambda: 1.0) is None  # ceilings cached before the canary
