@@ -14,6 +14,8 @@ def test_honest_triton_is_accepted_with_gpu_timing(judged):
     assert r["verdict"] == "accepted", r["details"]
     assert r["timing"] == "cuda-events" and "NVIDIA" in r["device"]["name"] and r["device"]["driver"]
     assert r["ceilings"]["copy_gbps"] > 100 and r["ceilings"]["matmul_tflops"] > 10
+    assert 100 < r["ceilings"]["canary_gbps"] <= r["ceilings"]["copy_gbps"] * 1.05  # the contention probe's idle rate
+    assert "gpu_contended" not in r["flags"] and not r["shapes"][0]["baselines_contended"]  # nothing else on this GPU
     for check in ("below_roofline", "stream_mismatch", "stale_output", "l2_persistence", "thread_injection",
                   "timing_disagrees"):
         assert r["checks"][check] == "pass", check
