@@ -36,7 +36,7 @@ INTERPRETED = {
     "grouped_gemm": {"configs": [0, 8], "shapes": [{"T": 300, "E": 5, "N": 72, "K": 64, "dtype": "bfloat16"},
                                                   {"T": 20, "E": 16, "N": 24, "K": 32, "dtype": "bfloat16"}]},  # several tiles a group; empty groups
     "topk": {"configs": [5, 10], "shapes": [{"M": 5, "N": 1029, "k": 13, "dtype": "bfloat16"}]},  # chunk 512: one tile
-    # (N=512) and chunks merged (N=1000); filtered chunks, a last chunk of 5 (fewer than k: unfiltered), zero rows
+    # (N=512) and chunks merged (N=1000); filtered chunks, and a last chunk of 5 (fewer than k: unfiltered)
 }
 CONTRACTIONS = ("gemm", "attention", "grouped_gemm")
 

@@ -11,8 +11,8 @@ values and k distinct indices at once, whatever the ties (zero rows included).
   filter = 1: before the chunk's top-k, keep only its keys at least the k-th largest of its
   2k sub-blocks' maxima (k sub-blocks each hold a key that large, so the chunk's top k are all
   kept): on most inputs a few percent of the chunk, compacted into at most 4k slots, so the
-  bitonic network sorts those instead of the whole chunk; a chunk with more (ties, zero rows, a
-  short last chunk) takes the unfiltered path.
+  bitonic network sorts those instead of the whole chunk; a chunk where more survive (a short
+  last chunk; ties can do it) takes the unfiltered path.
 Keys decode back to the exact bf16 bits, so no value is re-read or rounded.
 """
 import torch
