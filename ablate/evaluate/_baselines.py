@@ -143,7 +143,7 @@ def measure(ev, b, sources: list[tuple], timer=None, probe=None) -> dict:
         out = {"ms": ms, "runs": runs}
         if not _agreeing(runs):
             out["noisy"] = True  # no two runs agreed: said in the row, this library's time may be off
-        if why := (probe or (lambda: _gpu.contention(getattr(ev, "ceilings", None))))():
+        if why := (probe or (lambda: _gpu.contention(ev.ceilings)))():
             out["contended"] = why
         return out
     except Exception as e:  # a broken library is reported, not fatal

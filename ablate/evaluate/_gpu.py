@@ -325,7 +325,6 @@ def canary_gbps() -> float:
         dst.copy_(src)
     end.record()
     end.synchronize()
-    del src, dst
     return CANARY_COPIES * 2 * CANARY_BYTES / (start.elapsed_time(end) * 1e-3) / 1e9
 
 

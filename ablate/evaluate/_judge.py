@@ -425,11 +425,10 @@ class Evaluation:
         seconds["checking_timed"] = time.perf_counter() - t0
         from ablate.evaluate import _gpu
 
-        shared = _gpu.contention(self.ceilings) if self.device == "cuda" else None  # the candidate is idle now
         _verdicts.judge_time(row, shape, timing.get("result"), fails, ran, op=self.op, device=self.device,
                              ceilings=self.ceilings, l2_bytes=self.info.get("l2_bytes"),
-                             written=_correctness.output_bytes(plan["expected"]) if "expected" in plan else None,
-                             contention=shared)
+                             written=_correctness.output_bytes(plan["expected"]),  # set by the first input set
+                             contention=_gpu.contention(self.ceilings))  # the candidate is idle now; None on a CPU
         if timing.get("l2_checked"):
             ran.add("l2_persistence")
         if self.mode == "cuda-graph":

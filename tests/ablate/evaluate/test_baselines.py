@@ -19,7 +19,7 @@ def test_two_runs_that_agree_settle_it_at_the_smaller():
 
 def _measure(times, device="cuda"):
     calls = []
-    ev = SimpleNamespace(device=device, cfg={"cuda_graph": False})
+    ev = SimpleNamespace(device=device, cfg={"cuda_graph": False}, ceilings=None)
     b = SimpleNamespace(fn=lambda x: calls.append(1) or x * 2)
     seq = iter(times)
     return measure(ev, b, [(torch.ones(4),)], timer=lambda fn, live, sources: next(seq))
@@ -41,7 +41,7 @@ def test_on_a_cpu_one_run_is_enough():  # the interpreter's clock is labelled, n
 
 
 def test_a_library_that_raises_is_reported_not_fatal():
-    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False})
+    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False}, ceilings=None)
     out = measure(ev, SimpleNamespace(fn=lambda x: 1 / 0), [(torch.ones(1),)], timer=lambda *a: 1.0)
     assert out["error"].startswith("raised ZeroDivisionError")
 
@@ -74,7 +74,7 @@ def test_a_change_to_the_code_that_draws_the_inputs_measures_the_baselines_again
 
 def test_a_gpu_found_shared_after_a_librarys_runs_is_said_in_its_entry():
     # two runs slowed alike by another process agree, so settling alone would keep them
-    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False})
+    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False}, ceilings=None)
     b = SimpleNamespace(fn=lambda x: x * 2)
     out = measure(ev, b, [(torch.ones(4),)], timer=lambda *a: 1.30, probe=lambda: "another process is using the GPU")
     assert out["ms"] == 1.30 and out["contended"] == "another process is using the GPU"
