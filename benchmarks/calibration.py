@@ -205,7 +205,7 @@ def markdown(res: dict) -> str:
         lines.append(f"| {s['operator']} | {s['implementation']} | {s['kind']} | {s['pass']} | {s['fail']} | "
                      f"{s['excluded']} | {s['error']} | {m} | {s['at']} | {note} |")
     lines += ["", "## Envelope and margins per shape and distribution", "",
-              "Bounds of the first output: rms error / scale, max error / (|ref| + scale), fraction of elements "
+              "Bounds of the first output: rms error / scale, max error / (|ref| + size), fraction of elements "
               "beyond the tolerance; `ref` = the reference in the contract dtype, its own statistics.", "",
               "| operator | shape | dist | rms bound | max bound | frac bound | ref rms | ref max | margins |",
               "|---|---|---|---|---|---|---|---|---|"]

@@ -36,7 +36,7 @@ def calibration(ev, shape: dict, dist: str, ins, refs) -> dict:
     impls = {name: b.fn for name, b in ev.op.baselines.items()
              if not (b.needs_cuda and ev.device != "cuda") and b.unavailable() is None}
     key = "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
-                    ev.op_hash, shape_id(shape), dist, ",".join(sorted(impls)), "envelope-v1"])
+                    ev.op_hash, shape_id(shape), dist, ",".join(sorted(impls)), f"envelope-v{rule.EDITION}"])
     found = _cache.get("envelopes", key)
     if found is None:
         if impls and ev.device == "cuda":

@@ -3,7 +3,7 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
-VERSION = "5"
+VERSION = "6"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

@@ -61,6 +61,51 @@ def test_error_stats_are_the_same_in_chunks(monkeypatch):
         assert getattr(chunked, k) == pytest.approx(getattr(whole, k), rel=1e-5)
 
 
+def test_the_max_statistic_sizes_an_element_by_the_larger_of_its_row_and_the_output():
+    ref = torch.tensor([[4.0, 0.0], [0.1, -0.1]])  # output RMS 2.0012; row RMS 2.828 and 0.1
+    out = torch.tensor([[4.0, 0.3], [0.3, -0.1]])
+    scale, big_row = math.sqrt(16.02 / 4), math.sqrt(8.0)
+    s = c.error_stats(out, ref, tol=0.1)
+    assert s.scale == pytest.approx(scale)
+    # (0, 1): 0.3 / (0 + 2.828) = 0.106, sized by its row; (1, 0): 0.2 / (0.1 + 2.0012) = 0.095,
+    # its row smaller than the output
+    assert s.max == pytest.approx(0.3 / big_row)
+    assert s.frac == 0.25  # only (0, 1) beyond 0.1
+    # one row (or a flat tensor) is the output itself: sized by the output's RMS as before
+    assert c.error_stats(out.reshape(-1), ref.reshape(-1), tol=0.1).max == pytest.approx(0.3 / scale)
+    assert c.worst_element(out, ref) == ([0, 1], pytest.approx(0.3), 0.0)
+
+
+def test_row_sized_statistics_are_the_same_in_chunks(monkeypatch):
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(40, 3, generator=g) * torch.logspace(-3, 1, 40)[:, None]
+    out = (ref + torch.randn(40, 3, generator=g) * 0.01).to(torch.bfloat16)
+    whole = c.error_stats(out, ref, BF16_TOL)
+    monkeypatch.setattr(c, "CHUNK", 7)  # passes of two whole rows
+    chunked = c.error_stats(out, ref, BF16_TOL)
+    assert (chunked.n, chunked.frac) == (whole.n, whole.frac)
+    assert chunked.max == pytest.approx(whole.max, rel=1e-6)
+
+
+def test_a_flash_style_bf16_p_on_tiny_rows_is_sized_by_its_rows():
+    """The H200's rejection of a flash-style Triton kernel (tiny_rows, S=8192), on the CPU: a bf16 P
+    put a near-zero element of a short causal row at 4 tol of the output's small RMS, past the
+    reference-only envelope's floor; sized by its row it is under 1 tol. A stale short row is still
+    far off (a long row averages thousands of keys: the row before it is within rounding)."""
+    op = operators.get("attention")
+    shape = {"B": 1, "H": 1, "S": 4096, "D": 128, "dtype": "bfloat16"}
+    inputs = op.make_inputs(shape, 5, "cpu", "tiny_rows")
+    ref = c.reference_outputs(op, inputs)[0]
+    out = FAMILIES["contractions"].flash_attention(*inputs, block=64)
+    assert c.error_stats(out.reshape(-1), ref.reshape(-1), BF16_TOL).max > c.floor(BF16_TOL).max  # output-sized
+    assert c.error_stats(out, ref, BF16_TOL).max < BF16_TOL
+    assert op.verify(out, inputs).ok
+    stale = out.clone()
+    stale[0, 0, 20] = stale[0, 0, 19]  # one query's row left from the one before
+    j = op.verify(stale, inputs)
+    assert not j.ok and "max error" in j.message
+
+
 def test_nan_and_inf_never_pass_where_the_reference_is_finite():
     ref = torch.linspace(-3, 3, 100)
     env = c.Envelope(tol=1.0, bounds=(c.Bounds(1e9, 1e9, 1.0),), dtypes=("float32",))
