@@ -39,7 +39,9 @@ times faster than the physical speed of light are rejected; speedups over 3x are
 library's time is cached once timed, so it is timed until two runs agree within 3%
 ("noisy_best_baseline" in a row's flags when no two of four did). After each library's timing
 and each candidate's, a canary copy probes for another process on the GPU ("contended_baseline",
-that time used once and not cached; "gpu_contended", with the row's "contention" saying why). One
+that time used once and not cached; "gpu_contended", with the row's "contention" saying why);
+ceilings cached while another process used the GPU (a canary faster now than then) are measured
+again, and the library times cached beside them with them. One
 evaluation at a time per GPU (a lock on its UUID, held by the judge, or by the trial that started
 it for the whole trial; "no_device_lock" in flags when it cannot be taken). CPU: Triton's
 interpreter, a handful of calls, labelled "cpu-interpreted".

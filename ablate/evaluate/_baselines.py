@@ -13,12 +13,28 @@ from pathlib import Path
 from ablate.evaluate import _cache, _timing
 
 
-def ceilings(info: dict, note, measure) -> dict:
-    key = f"{info['name']}|{info['driver']}|{info['torch']}|v3"
+def ceilings(info: dict, note, measure, rate=None) -> dict:
+    """The GPU's ceilings, cached per GPU, driver and torch, with the canary copy's rate when they
+    were measured: the idle rate every contention check compares against. If the canary runs
+    faster now than that by more than contention's margin, they were measured while another
+    process used the GPU (every later check would be lenient), so they are measured again, under a
+    new id, and the baselines cached under the old id are timed again too. rate() -> the canary's
+    GB/s now; None skips the check."""
+    import os
+
+    from ablate.evaluate._gpu import CONTENDED
+
+    key = f"{info['name']}|{info['driver']}|{info['torch']}|v4"
     found = _cache.get("ceilings", key)
+    if found is not None and rate is not None:
+        now, then = rate(), found.get("canary_gbps") or 0.0
+        if then < CONTENDED * now:
+            note(f"the canary copy runs at {now:.0f} GB/s, and ran at {then:.0f} GB/s when this GPU's ceilings were "
+                 "cached: another process was using the GPU then, so its ceilings and baselines are measured again")
+            found = None
     if found is None:
         note("measuring this GPU's memory bandwidth and matmul rate (once per GPU, then cached)")
-        found = measure()
+        found = {**measure(), "id": os.urandom(6).hex()}
         _cache.put("ceilings", key, found)
     return found
 
@@ -63,7 +79,8 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
     if not todo:
         return {"ms": ms, "skipped": skipped}
     keys = {name: "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
-                            ev.op_hash, shape_id(shape), name, ev.mode, "v3"]) for name, _ in todo}
+                            ev.op_hash, shape_id(shape), name, ev.mode, str((ev.ceilings or {}).get("id", "")),
+                            "v3"]) for name, _ in todo}  # timed beside these ceilings: measured again with them
     cached = {name: _cache.get("baselines", keys[name]) for name, _ in todo} if ev.device == "cuda" else {}
     sources = None
     for name, b in todo:

@@ -123,7 +123,7 @@ class Evaluation:
             self.mode = "cuda-graph" if cfg["cuda_graph"] else "cuda-events"
         self.ceilings = None
         if self.device == "cuda" and cfg["timing"]:
-            self.ceilings = _baselines.ceilings(self.info, self.note, _gpu.measure_ceilings)
+            self.ceilings = _baselines.ceilings(self.info, self.note, _gpu.measure_ceilings, rate=_gpu.canary_gbps)
         self.libs = _gpu.library_versions()
         self.op_hash = _baselines.operator_hash(self.op, cfg.get("operator_node"))
         self.plans = [self.plan(s) for s in self.shapes]

@@ -82,6 +82,13 @@ def test_a_gpu_found_shared_after_a_librarys_runs_is_said_in_its_entry():
     assert "contended" not in out
 
 
+def _cuda_judge(baselines, ceilings=None):
+    return SimpleNamespace(device="cuda", op=SimpleNamespace(name="op", baselines=baselines), note=lambda m: None,
+                           info={"name": "GPU", "driver": "1"}, libs={}, op_hash="h", mode="cuda-events",
+                           ceilings=ceilings, input_set=lambda shape, k, references=True: ((torch.ones(2),), None, None),
+                           sources=lambda shape: [0])
+
+
 def test_a_time_taken_on_a_shared_gpu_is_used_once_and_not_cached(tmp_path, monkeypatch):
     from ablate.evaluate import _baselines
 
@@ -90,10 +97,7 @@ def test_a_time_taken_on_a_shared_gpu_is_used_once_and_not_cached(tmp_path, monk
                   {"ms": 1.0, "runs": [1.0, 1.0]}])
     monkeypatch.setattr(_baselines, "measure", lambda ev, b, sources: next(times))
     lib = SimpleNamespace(needs_cuda=False, unavailable=lambda: None)
-    ev = SimpleNamespace(device="cuda", op=SimpleNamespace(name="op", baselines={"lib": lib}), note=lambda m: None,
-                         info={"name": "GPU", "driver": "1"}, libs={}, op_hash="h", mode="cuda-events",
-                         input_set=lambda shape, k, references=True: ((torch.ones(2),), None, None),
-                         sources=lambda shape: [0])
+    ev = _cuda_judge({"lib": lib})
     shape = {"M": 2, "dtype": "float32"}
     first = _baselines.for_shape(ev, shape, {})
     assert first["ms"] == {"lib": 1.3} and first["contended"] == {"lib": "shared"}
@@ -101,3 +105,49 @@ def test_a_time_taken_on_a_shared_gpu_is_used_once_and_not_cached(tmp_path, monk
     assert second["ms"] == {"lib": 1.0} and second["contended"] == {}
     third = _baselines.for_shape(ev, shape, {})  # and the undisturbed time is kept
     assert third["ms"] == {"lib": 1.0} and next(times)["ms"] == 1.0  # the third measurement was never asked for
+
+
+def _ceilings(tmp_path, monkeypatch, canary_then, canary_now, notes):
+    from ablate.evaluate import _baselines
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    info = {"name": "GPU", "driver": "1", "torch": "2"}
+    measured = []
+
+    def measure():
+        measured.append(1)
+        return {"copy_gbps": 4000.0, "canary_gbps": canary_then if len(measured) == 1 else canary_now}
+
+    first = _baselines.ceilings(info, notes.append, measure, rate=lambda: canary_then)
+    again = _baselines.ceilings(info, notes.append, measure, rate=lambda: canary_now)
+    return first, again, len(measured)
+
+
+def test_ceilings_cached_while_another_process_used_the_gpu_are_measured_again(tmp_path, monkeypatch):
+    """Ceilings measured under a foreign load cache a slow canary, the reference of every later
+    contention check, which would then pass a GPU as slow as that load for good."""
+    notes = []
+    first, again, measured = _ceilings(tmp_path, monkeypatch, 2000.0, 3000.0, notes)
+    assert measured == 2 and again["canary_gbps"] == 3000.0 and again["id"] != first["id"]
+    assert "another process was using the GPU then" in notes[-2]
+
+
+def test_ceilings_are_kept_while_the_canary_runs_as_it_did(tmp_path, monkeypatch):
+    notes = []
+    first, again, measured = _ceilings(tmp_path, monkeypatch, 2800.0, 3000.0, notes)  # within contention's margin
+    assert measured == 1 and again == first
+    _, slower, measured = _ceilings(tmp_path / "b", monkeypatch, 3000.0, 1500.0, notes)  # a load now: contention's case
+    assert measured == 1 and slower["canary_gbps"] == 3000.0
+
+
+def test_baselines_timed_beside_ceilings_measured_again_are_timed_again(tmp_path, monkeypatch):
+    from ablate.evaluate import _baselines
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    times = iter([{"ms": 1.3, "runs": [1.3, 1.3]}, {"ms": 1.0, "runs": [1.0, 1.0]}])
+    monkeypatch.setattr(_baselines, "measure", lambda ev, b, sources: next(times))
+    lib = SimpleNamespace(needs_cuda=False, unavailable=lambda: None)
+    shape = {"M": 2, "dtype": "float32"}
+    assert _baselines.for_shape(_cuda_judge({"lib": lib}, {"id": "a"}), shape, {})["ms"] == {"lib": 1.3}
+    assert _baselines.for_shape(_cuda_judge({"lib": lib}, {"id": "a"}), shape, {})["ms"] == {"lib": 1.3}  # cached
+    assert _baselines.for_shape(_cuda_judge({"lib": lib}, {"id": "b"}), shape, {})["ms"] == {"lib": 1.0}
