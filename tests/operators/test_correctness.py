@@ -106,6 +106,17 @@ def test_a_flash_style_bf16_p_on_tiny_rows_is_sized_by_its_rows():
     assert not j.ok and "max error" in j.message
 
 
+def test_a_p_below_the_contracts_bf16_is_rejected_though_errors_are_row_sized():
+    """Sizing an element by its row loosens the max statistic for large rows; a float8 P (what an
+    agent would try next for speed) is still far outside on every smoke shape and distribution but
+    `large`, whose scores make P one-hot (exact in any dtype)."""
+    op = operators.get("attention")
+    for shape in op.shapes["smoke"]:
+        for seed, dist in enumerate(d for d in operators.DISTRIBUTIONS if d != "large"):
+            j = _judged(op, FAMILIES["contractions"].attention_fp8_p, shape, dist, seed)
+            assert not j.ok and j.margin > 5, (shape, dist, j.margin)
+
+
 def test_nan_and_inf_never_pass_where_the_reference_is_finite():
     ref = torch.linspace(-3, 3, 100)
     env = c.Envelope(tol=1.0, bounds=(c.Bounds(1e9, 1e9, 1.0),), dtypes=("float32",))

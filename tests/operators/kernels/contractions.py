@@ -42,7 +42,7 @@ def gemm_reversed_k(a, b):
     return (a.float().flip(1) @ b.float().flip(1).T).to(a.dtype)
 
 
-def flash_attention(q, k, v, block=16, p_bf16=True, scale=None, causal=True):
+def flash_attention(q, k, v, block=16, p_bf16=True, scale=None, causal=True, p_dtype=torch.bfloat16):
     """Flash-style causal attention: key blocks streamed with a running max and sum in float32,
     P rounded to bfloat16 before P @ V (as FlashAttention keeps it)."""
     S, D = q.shape[-2:]
@@ -63,7 +63,7 @@ def flash_attention(q, k, v, block=16, p_bf16=True, scale=None, causal=True):
             mn = torch.maximum(m, sc.amax(-1))
             alpha, p = torch.exp(m - mn), torch.exp(sc - mn[..., None])
             s = s * alpha + p.sum(-1)
-            pv = p.to(torch.bfloat16).float() if p_bf16 else p
+            pv = p.to(p_dtype).float() if p_bf16 else p
             acc = acc * alpha[..., None] + pv @ vf[..., j:j + block, :]
             m = mn
         out[..., i:i + block, :] = acc / s[..., None]
@@ -83,6 +83,12 @@ def attention_no_scale(q, k, v):
 def attention_not_causal(q, k, v):
     """Lets every query see every key."""
     return flash_attention(q, k, v, causal=False)
+
+
+def attention_fp8_p(q, k, v):
+    """P rounded to float8 e4m3 before P @ V: below the contract's bf16, and far enough below it to
+    show in short causal rows, though each row's error is sized by its own row."""
+    return flash_attention(q, k, v, block=16, p_dtype=torch.float8_e4m3fn)
 
 
 def attention_bf16_p(q, k, v):
@@ -144,7 +150,8 @@ def topk_stable_sort(x, k):
 
 BIASED = {
     "gemm": {"bias": gemm_bias, "drop_last_block": gemm_drop_last_block, "fp8": gemm_fp8},
-    "attention": {"bias": attention_bias, "no_scale": attention_no_scale, "not_causal": attention_not_causal},
+    "attention": {"bias": attention_bias, "no_scale": attention_no_scale, "not_causal": attention_not_causal,
+                  "fp8_p": attention_fp8_p},
     "grouped_gemm": {"bias": grouped_gemm_bias, "off_by_one": grouped_gemm_off_by_one},
     "topk": {"smallest": topk_smallest, "last_wrong": topk_last_wrong},
 }
