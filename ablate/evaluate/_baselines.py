@@ -138,9 +138,11 @@ def settled(medians: list[float]) -> float | None:
 
 def measure(ev, b, sources: list[tuple], timer=None, probe=None) -> dict:
     """A baseline's time on the timing sources: its time is cached and decides every ratio on this
-    device, so it is timed until two runs agree (settled), and then the GPU is probed for another
-    process's load (_gpu.contention), which two runs slowed alike would agree on. timer(fn, live,
-    sources) -> median ms, probe() -> why the GPU is shared or None (tests stand in for both)."""
+    device, so it is timed until two runs agree (settled), and the GPU is probed for another
+    process's load (_gpu.contention), which two runs slowed alike would agree on, both before the
+    runs and after them (a load must then start and stop between two probes to go unseen).
+    timer(fn, live, sources) -> median ms, probe() -> why the GPU is shared or None (tests stand
+    in for both)."""
     import torch
 
     from ablate.evaluate import _gpu
@@ -152,6 +154,8 @@ def measure(ev, b, sources: list[tuple], timer=None, probe=None) -> dict:
         live = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in sources[0])
         timer = timer or (lambda fn, live, sources: _timing.measure(
             fn, live, sources, device=ev.device, graph=ev.cfg["cuda_graph"], est_ms=est)["median"])
+        probe = probe or (lambda: _gpu.contention(ev.ceilings))
+        before = probe() if ev.device == "cuda" else None
         runs = [timer(b.fn, live, sources)]
         if ev.device != "cuda":  # the interpreter's clock is labelled, not compared: one run
             return {"ms": runs[0], "runs": runs}
@@ -160,7 +164,7 @@ def measure(ev, b, sources: list[tuple], timer=None, probe=None) -> dict:
         out = {"ms": ms, "runs": runs}
         if not _agreeing(runs):
             out["noisy"] = True  # no two runs agreed: said in the row, this library's time may be off
-        if why := (probe or (lambda: _gpu.contention(ev.ceilings)))():
+        if why := probe() or before:
             out["contended"] = why
         return out
     except Exception as e:  # a broken library is reported, not fatal

@@ -82,6 +82,14 @@ def test_a_gpu_found_shared_after_a_librarys_runs_is_said_in_its_entry():
     assert "contended" not in out
 
 
+def test_a_load_that_ends_before_the_runs_end_is_seen_by_the_probe_before_them():
+    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False}, ceilings=None)
+    b = SimpleNamespace(fn=lambda x: x * 2)
+    probes = iter(["another process is using the GPU", None])  # before the runs, then after them
+    out = measure(ev, b, [(torch.ones(4),)], timer=lambda *a: 1.30, probe=lambda: next(probes))
+    assert out["contended"] == "another process is using the GPU"
+
+
 def _cuda_judge(baselines, ceilings=None):
     return SimpleNamespace(device="cuda", op=SimpleNamespace(name="op", baselines=baselines), note=lambda m: None,
                            info={"name": "GPU", "driver": "1"}, libs={}, op_hash="h", mode="cuda-events",
