@@ -34,13 +34,17 @@ def compile_baselines(fn: Callable) -> dict[str, Baseline]:
 
 
 def missing(module: str, package: str) -> Callable[[], str | None]:
-    """Availability check: None when `module` imports, else '<package> not installed'."""
+    """Availability check: None when `module` imports; '<package> not installed' when it is not
+    there; '<package> failed to import: ...' when it is there and cannot load (a module it needs
+    is missing, a CUDA runtime mismatch), so the fix the message points at is the right one."""
 
     def unavailable() -> str | None:
         try:
             importlib.import_module(module)
-        except ImportError:
-            return f"{package} not installed"
+        except ModuleNotFoundError as e:
+            if e.name and (module == e.name or module.startswith(e.name + ".")):
+                return f"{package} not installed"
+            return f"{package} failed to import: {e}"[:200]
         except Exception as e:  # a broken install (e.g. a CUDA runtime mismatch) is unavailable too
             return f"{package} failed to import: {type(e).__name__}: {e}"[:200]
         return None
