@@ -130,13 +130,21 @@ def rows_of(records) -> tuple[list[dict], dict]:
             "verdict": rec.verdict, "reasons": ev.get("reasons") or [], "kind": kind, "aim": AIM[kind],
             "geomean_ratio": geo, "worst_ratio": worst, "met": bool(rec.verdict == "accepted" and worst and worst >= AIM[kind]),
             "config": chosen.get("CONFIG"), "shape_configs": chosen.get("SHAPE_CONFIGS") or {},
-            "trial_s": (rec.agent or {}).get("wall_s"), "evaluation_s": rec.evaluation_s,
+            "trial_s": (rec.agent or {}).get("wall_s"), "evaluation_s": rec.evaluation_s, **_cost(ev),
             "timing": ev.get("timing"), "device": ev.get("device"), "ceilings": ev.get("ceilings"),
             "trial_id": rec.trial_id, "details": {k: str(v)[:500] for k, v in (ev.get("details") or {}).items()},
             "sweep": _sweep_lines(Path(rec.path)) if rec.path else [],
             "kernel": (Path(rec.path) / "kernel.py").read_text() if rec.path and (Path(rec.path) / "kernel.py").is_file() else None,
         }
     return rows, ops
+
+
+def _cost(ev: dict) -> dict:
+    """The final evaluation's judge setup (envelopes, baselines and ceilings; cached after the
+    first on a GPU) and its seconds per shape once the candidate runs, from its phase seconds."""
+    phases, n = ev.get("phase_seconds") or {}, len(ev.get("shapes") or [])
+    per = phases.get("candidate")
+    return {"judge_setup_s": phases.get("judge_ready"), "per_shape_s": per / n if per is not None and n else None}
 
 
 def _f(x, fmt):
@@ -155,13 +163,15 @@ def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
              "floor (fewest bytes over the copy ceiling, or FLOPs over the matmul ceiling) over the time. Times: the "
              "trusted evaluator's (CUDA events, L2 flushed, inputs moved per call).", "",
              "## Per operator", "",
-             "| operator | kind | verdict | geomean ratio | worst ratio | aim | met | configuration | dispatched shapes | trial s | evaluation s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| operator | kind | verdict | geomean ratio | worst ratio | aim | met | configuration | dispatched shapes "
+             "| trial s | evaluation s | judge setup s | s per shape |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, o in ops.items():
         verdict = o["verdict"] + (f" ({', '.join(o['reasons'])})" if o["reasons"] else "")
         lines.append(f"| {name} | {o['kind']} | {verdict} | {_f(o['geomean_ratio'], '.3f')} | {_f(o['worst_ratio'], '.3f')} "
                      f"| {o['aim']} | {'yes' if o['met'] else 'no'} | `{json.dumps(o['config'])}` | {len(o['shape_configs'])} "
-                     f"| {_f(o['trial_s'], '.0f')} | {_f(o['evaluation_s'], '.0f')} |")
+                     f"| {_f(o['trial_s'], '.0f')} | {_f(o['evaluation_s'], '.0f')} | {_f(o.get('judge_setup_s'), '.1f')} "
+                     f"| {_f(o.get('per_shape_s'), '.2f')} |")
     lines += ["", "## Per eval shape", "",
               "| operator | shape | correct | ms | best library | library ms | ratio | SOL | floor ms | dispatched |",
               "|---|---|---|---|---|---|---|---|---|---|"]
