@@ -92,7 +92,8 @@ def floor(tol: float) -> Bounds:
     0.2 tol and max 0.45 tol; a second rounding (a bf16 intermediate, as F.silu * up and Liger's
     RMSNorm keep) rms 0.3 tol, max 0.85 tol; a flash-style bf16 P rms 0.27 tol, max 1.8 tol and
     2e-4 of the elements beyond tol; partial sums of a split-K GEMM in bf16 max 2.4 tol, 9e-4
-    beyond tol."""
+    beyond tol. (Those maxima were read against the output's RMS; sized by rows too they are no
+    larger. On the H200's eval shapes a bf16 P reads 0.9-2.0 tol: ../benchmarks/results/h200-rowsize.)"""
     return Bounds(rms=tol / 2, max=4 * tol, frac=2e-3)
 
 
