@@ -27,7 +27,11 @@ def ceilings(info: dict, note, measure, rate=None) -> dict:
     key = f"{info['name']}|{info['driver']}|{info['torch']}|v4"
     found = _cache.get("ceilings", key)
     if found is not None and rate is not None:
-        now, then = rate(), found.get("canary_gbps") or 0.0
+        try:
+            now = rate()
+        except Exception:  # a device too full for the copy (another process's memory): no claim either way
+            now = 0.0
+        then = found.get("canary_gbps") or 0.0
         if then < CONTENDED * now:
             note(f"the canary copy runs at {now:.0f} GB/s, and ran at {then:.0f} GB/s when this GPU's ceilings were "
                  "cached: another process was using the GPU then, so its ceilings and baselines are measured again")

@@ -159,3 +159,17 @@ def test_baselines_timed_beside_ceilings_measured_again_are_timed_again(tmp_path
     assert _baselines.for_shape(_cuda_judge({"lib": lib}, {"id": "a"}), shape, {})["ms"] == {"lib": 1.3}
     assert _baselines.for_shape(_cuda_judge({"lib": lib}, {"id": "a"}), shape, {})["ms"] == {"lib": 1.3}  # cached
     assert _baselines.for_shape(_cuda_judge({"lib": lib}, {"id": "b"}), shape, {})["ms"] == {"lib": 1.0}
+
+
+def test_a_canary_that_cannot_run_at_the_start_keeps_the_cached_ceilings(tmp_path, monkeypatch):
+    from ablate.evaluate import _baselines
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    info, measured = {"name": "GPU", "driver": "1", "torch": "2"}, []
+    measure = lambda: measured.append(1) or {"canary_gbps": 3000.0}  # noqa: E731
+    first = _baselines.ceilings(info, lambda m: None, measure)
+
+    def full():
+        raise RuntimeError("CUDA out of memory")
+
+    assert _baselines.ceilings(info, lambda m: None, measure, rate=full) == first and len(measured) == 1
