@@ -22,20 +22,13 @@ def ceilings(info: dict, note, measure, rate=None) -> dict:
     GB/s now; None skips the check."""
     import os
 
-    from ablate.evaluate._gpu import CONTENDED
+    from ablate.evaluate._gpu import measured_under_load
 
     key = f"{info['name']}|{info['driver']}|{info['torch']}|v4"
     found = _cache.get("ceilings", key)
-    if found is not None and rate is not None:
-        try:
-            now = rate()
-        except Exception:  # a device too full for the copy (another process's memory): no claim either way
-            now = 0.0
-        then = found.get("canary_gbps") or 0.0
-        if then < CONTENDED * now:
-            note(f"the canary copy runs at {now:.0f} GB/s, and ran at {then:.0f} GB/s when this GPU's ceilings were "
-                 "cached: another process was using the GPU then, so its ceilings and baselines are measured again")
-            found = None
+    if found is not None and rate is not None and (why := measured_under_load(found, rate)):
+        note(f"{why}, so its ceilings and baselines are measured again")
+        found = None
     if found is None:
         note("measuring this GPU's memory bandwidth and matmul rate (once per GPU, then cached)")
         found = {**measure(), "id": os.urandom(6).hex()}

@@ -346,6 +346,21 @@ def contention(ceilings: dict | None, rate=canary_gbps) -> str | None:
             f"at when this GPU's ceilings were measured: another process is using the GPU")
 
 
+def measured_under_load(ceilings: dict, rate=canary_gbps) -> str | None:
+    """Why cached ceilings look measured while another process used the GPU (the canary runs
+    faster now than their idle rate by more than contention's margin), or None. A canary that
+    cannot run (a device too full for its copy) makes no claim either way."""
+    try:
+        now = rate()
+    except Exception:
+        return None
+    then = ceilings.get("canary_gbps") or 0.0
+    if then >= CONTENDED * now:
+        return None
+    return (f"the canary copy runs at {now:.0f} GB/s, and ran at {then:.0f} GB/s when this GPU's ceilings were "
+            "cached: another process was using the GPU then")
+
+
 def cpu_threads_warm() -> None:
     """Start torch's intra-op thread pool now, so threads it starts later are not blamed on the kernel."""
     torch.ones(1 << 20).sum()
