@@ -144,7 +144,9 @@ def _cost(ev: dict) -> dict:
     first on a GPU) and its seconds per shape once the candidate runs, from its phase seconds."""
     phases, n = ev.get("phase_seconds") or {}, len(ev.get("shapes") or [])
     per = phases.get("candidate")
-    return {"judge_setup_s": phases.get("judge_ready"), "per_shape_s": per / n if per is not None and n else None}
+    return {"judge_setup_s": phases.get("judge_ready"), "per_shape_s": per / n if per is not None and n else None,
+            "judge_split_s": {k.removeprefix("judge_"): v for k, v in phases.items()
+                              if k in ("judge_ceilings", "judge_envelopes", "judge_baselines")}}
 
 
 def _f(x, fmt):

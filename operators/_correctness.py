@@ -53,6 +53,7 @@ reference in the contract dtype.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -169,6 +170,7 @@ class Calibration(NamedTuple):
     envelope: Envelope
     verdicts: dict[str, Verdict]
     reference: tuple[Stats, ...]  # the reference in the contract dtype, against the float64 one
+    seconds: dict[str, float] = {}  # each implementation's wall time here (a torch.compile's compile with it)
 
 
 @dataclass(frozen=True)
@@ -521,7 +523,9 @@ def calibrate(op: Operator, inputs: tuple, ref: Sequence | None = None,
 
     verdicts: dict[str, Verdict] = {}
     measured: dict[str, tuple[Stats, ...]] = {}
+    seconds: dict[str, float] = {}
     for name, fn in (implementations or {}).items():
+        t0 = time.perf_counter()
         try:
             outs = as_outputs(fn(*inputs))
             why = structure_problem(outs, refs, dtypes)
@@ -531,6 +535,8 @@ def calibrate(op: Operator, inputs: tuple, ref: Sequence | None = None,
         except Exception as e:  # a library that fails on this input is reported, not fatal
             verdicts[name] = Verdict("error", None, f"raised {type(e).__name__}: {str(e)[:300]}")
             continue
+        finally:
+            seconds[name] = round(time.perf_counter() - t0, 3)
         if why:
             verdicts[name] = Verdict("error", None, why)
         elif broken:
@@ -550,7 +556,7 @@ def calibrate(op: Operator, inputs: tuple, ref: Sequence | None = None,
             del members[name]
     env = envelope(ref_stats, members, tol, dtypes, op.rule)
     order = list(implementations or {})
-    return Calibration(env, {k: verdicts[k] for k in order}, ref_stats)
+    return Calibration(env, {k: verdicts[k] for k in order}, ref_stats, seconds)
 
 
 def _finite(x):

@@ -52,7 +52,8 @@ seed, evaluator_version, sandbox ("bwrap" | "none", with sandbox_note when uncon
 pass|fail|skip}, static_flags, flags, shapes [{shape, shape_id, correct, max_abs_error, error,
 time_ms, wall_ms, baselines_ms, baselines_skipped, baselines_noisy, baselines_contended, best_baseline,
 speedup_vs_best, sol_fraction, floor_ms, flags, contention, seconds}], geomean_speedup (accepted submissions only), draws, seconds,
-phase_seconds. The reason codes and what each means: REASONS (_reasons.py).
+phase_seconds (judge_ready: the judge's setup, split into judge_ceilings, judge_envelopes and judge_baselines;
+candidate; judge_result; candidate_start). The reason codes and what each means: REASONS (_reasons.py).
 
 Environment: ABLATE_CACHE_DIR (default ~/.cache/ablate), ABLATE_EVAL_SANDBOX=none (candidates
 unconfined: recorded in the result and warned on stderr), ABLATE_EVAL_ZYGOTE=0 (CPU candidates in

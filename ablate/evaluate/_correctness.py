@@ -44,8 +44,12 @@ def calibration(ev, shape: dict, dist: str, ins, refs) -> dict:
                     "(once per GPU and versions, then cached)")
         cal = rule.calibrate(ev.op, tuple(ins), list(refs), impls, dtype=shape.get("dtype"))
         found = {"envelope": cal.envelope.as_dict(), "verdicts": {k: v.as_dict() for k, v in cal.verdicts.items()},
-                 "reference": [s.as_dict() for s in cal.reference]}
+                 "reference": [s.as_dict() for s in cal.reference], "seconds": cal.seconds}
         _cache.put("envelopes", key, found)
+        if cal.seconds and ev.device == "cuda":  # where a cold setup goes: compiles, mostly
+            slow = sorted(cal.seconds.items(), key=lambda kv: -kv[1])[:3]
+            ev.note(f"{shape_id(shape)} {dist}: calibrated in {sum(cal.seconds.values()):.1f} s ("
+                    + ", ".join(f"{k} {v:.1f} s" for k, v in slow) + ")")
     return found
 
 

@@ -90,6 +90,7 @@ class Evaluation:
         self.candidate_start_s = 0.0
         self.lock = None  # the GPU's DeviceLock, held from the first measurement to the verdict
         self.flags: list[str] = []  # the evaluation's own flags, beside its rows'
+        self.setup_s: dict[str, float] = {}  # where the judge's setup went, sent with "ready"
 
     def note(self, message: str) -> None:
         """A progress line for whoever started the evaluation (the supervisor passes it on)."""
@@ -122,8 +123,10 @@ class Evaluation:
         else:
             self.mode = "cuda-graph" if cfg["cuda_graph"] else "cuda-events"
         self.ceilings = None
+        t0 = time.perf_counter()
         if self.device == "cuda" and cfg["timing"]:
             self.ceilings = _baselines.ceilings(self.info, self.note, _gpu.measure_ceilings, rate=_gpu.canary_gbps)
+        self.setup_s["ceilings"] = time.perf_counter() - t0
         self.libs = _gpu.library_versions()
         self.op_hash = _baselines.operator_hash(self.op, cfg.get("operator_node"))
         self.plans = [self.plan(s) for s in self.shapes]
@@ -350,14 +353,16 @@ class Evaluation:
             row["fatal"] = True
         elif self.cfg["timing"] and complete and not fails.keys() & {"output_not_dense", "wrong_device",
                                                                       "thread_injection", "bad_signature"}:
-            self.time_shape(i, shape, row, fails, ran, seconds)
+            if not self.time_shape(i, shape, row, fails, ran, seconds):
+                return None, fails, ran  # gone while timing: no time, so this shape is not judged (a crash, or its end's reason)
         row["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
         row["error"] = "; ".join(f"{k}: {v}" for k, v in fails.items()) or None
         return row, fails, ran
 
-    def time_shape(self, i: int, shape: dict, row: dict, fails: dict, ran: set, seconds: dict) -> None:
+    def time_shape(self, i: int, shape: dict, row: dict, fails: dict, ran: set, seconds: dict) -> bool:
         """Let the candidate time shape i (the judge keeps off the device meanwhile), then check
-        every call it kept against the reference of that call's exact input."""
+        every call it kept against the reference of that call's exact input. False when the
+        candidate ended before reporting its timing: an accepted shape always has a time."""
         from ablate.evaluate._timing import apply_perturbation
 
         torch, plan = self.torch, self.plans[i]
@@ -367,7 +372,7 @@ class Evaluation:
         try:
             self.cand.send("time", shape=i, sources=plan["sources"])
         except _channel.Closed:
-            return
+            return False
         t0 = time.perf_counter()
         while True:
             got = self.expect(("kept", "timing"), i)
@@ -386,11 +391,12 @@ class Evaluation:
         if timing is None or timing.get("reason"):
             for _, fds in kept:
                 _channel.close_all(fds)
-            if timing is not None:
-                reason = str(timing["reason"])
-                fails.setdefault(reason if reason in REASONS else "driver_tampered", str(timing.get("message")))
-                row["fatal"] = bool(timing.get("fatal"))
-            return
+            if timing is None:
+                return False
+            reason = str(timing["reason"])
+            fails.setdefault(reason if reason in REASONS else "driver_tampered", str(timing.get("message")))
+            row["fatal"] = bool(timing.get("fatal"))
+            return True
         ran.add("stale_output")
         t0 = time.perf_counter()
         if len(kept) < 2:
@@ -433,6 +439,7 @@ class Evaluation:
             ran.add("l2_persistence")
         if self.mode == "cuda-graph":
             ran.add("graph_capture_failed")
+        return True
 
     def row(self, shape: dict, base: dict | None) -> dict:
         base = base or {"ms": {}, "skipped": {}}
@@ -446,10 +453,14 @@ class Evaluation:
     # -- the whole evaluation ----------------------------------------------------------------
     def run(self) -> dict:
         cfg = self.cfg
+        t0 = time.perf_counter()
         verdicts = [self.calibrate(i, s) for i, s in enumerate(self.shapes)]
+        t1 = time.perf_counter()
         bases = [_baselines.for_shape(self, s, v) if cfg["timing"] else None
                  for s, v in zip(self.shapes, verdicts)]
-        self.control.send("ready", device=self.device)
+        # where the judge's setup went (cold: calibrating envelopes, timing baselines; cached after)
+        self.setup_s.update(envelopes=t1 - t0, baselines=time.perf_counter() - t1)
+        self.control.send("ready", device=self.device, setup_s={k: round(v, 3) for k, v in self.setup_s.items()})
         got = self.control.recv(None)
         if got is None or got[0].get("kind") != "candidate" or len(got[1]) != 1:
             raise RuntimeError(f"expected the candidate's socket, got {got!r:.200}")

@@ -152,7 +152,8 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
             judge_ok = True  # a bad request; the judge itself is fine
             raise AblateError(ready["message"])
         dev = ready["device"]
-        phases = {"judge_ready": time.monotonic() - t0}
+        phases = {"judge_ready": time.monotonic() - t0,
+                  **{f"judge_{k}": float(v) for k, v in (ready.get("setup_s") or {}).items()}}
         if zygote is not None and dev == "cpu":
             try:
                 if zygote.inner is None:

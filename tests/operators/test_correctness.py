@@ -208,6 +208,9 @@ def test_calibrate_verdicts_leave_one_out():
     assert v["raises"].status == "error" and "ZeroDivisionError" in v["raises"].message
     assert v["wrong_dtype"].status == "error" and "dtype" in v["wrong_dtype"].message
     assert cal.envelope.members == ("reference", "chunked", "double_rounding")
+    assert set(cal.seconds) == set(impls) and all(t >= 0 for t in cal.seconds.values())  # where a cold setup goes
+    slow = c.calibrate(op, inputs, implementations={"slow": lambda x, w: __import__("time").sleep(0.2) or x})
+    assert slow.seconds["slow"] >= 0.2 and slow.verdicts["slow"].status == "fail"  # timed whatever its verdict
     # the biased library, alone against the reference, still fails: it never widens anything
     assert c.calibrate(op, inputs, implementations={"biased": rr.rmsnorm_bias}).verdicts["biased"].status == "fail"
 

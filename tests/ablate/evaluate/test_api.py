@@ -30,6 +30,9 @@ def test_honest_triton_kernel_is_accepted_with_the_full_contract(judged):
         assert s["speedup_vs_best"] == pytest.approx(s["baselines_ms"][s["best_baseline"]] / s["time_ms"]["median"])
         assert s["sol_fraction"] is None
     assert r["geomean_speedup"] > 0 and r["seconds"] > 0
+    ph = r["phase_seconds"]  # the judge's setup, and where it went
+    assert {"judge_ceilings", "judge_envelopes", "judge_baselines"} <= set(ph) and ph["judge_baselines"] > 0
+    assert ph["judge_ceilings"] + ph["judge_envelopes"] + ph["judge_baselines"] <= ph["judge_ready"]
 
 
 def test_same_seed_same_inputs_fresh_seed_otherwise(judged):
@@ -79,6 +82,15 @@ def test_segfault_is_a_crash(judged):
     r = judged("segfault", draws=1)
     assert r["reasons"] == ["crash"] and "signal 11" in r["details"]["crash"]
     assert r["shapes"][0]["error"] == "crash while running this shape"
+
+
+def test_a_candidate_that_ends_while_timed_is_a_crash_not_an_untimed_accept(judged):
+    """An end during the last shape's timing, after every checked output was right, is a crash:
+    an accepted shape always has a time."""
+    r = judged("exit_in_timing", draws=1)
+    assert r["verdict"] == "rejected" and r["reasons"] == ["crash"], r["details"]
+    assert "while running this shape" in r["shapes"][1]["error"] and r["shapes"][1]["time_ms"] is None
+    assert r["shapes"][0]["correct"] and r["shapes"][0]["time_ms"]["median"] > 0  # the shape before is intact
 
 
 def test_os_exit_before_reporting_is_a_crash(judged):
