@@ -251,6 +251,8 @@ class Driver:
         reply["l2_checked"] = bool(self.l2 is not None and self.l2.available)
         reply["seconds"] = round(_perf() - t0, 4)
         del live, sources
+        if self.device == "cuda":  # the judge now builds the kept calls' references beside this process
+            torch.cuda.empty_cache()
         self.call_ms = []
         ch.send("timing", **reply)
 

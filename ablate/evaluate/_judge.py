@@ -62,6 +62,33 @@ class TooLarge(Exception):
     pass
 
 
+def memory_plan(moved: int, total: int | None, peak: int | None = None, kept: int = 0,
+                what: str = "this shape") -> tuple[int | None, int]:
+    """(timing sources, input sets in flight) for a shape whose call moves `moved` bytes, on a
+    device of `total` bytes (None: no budget, a CPU), the most of each that fits 85% of it; or
+    TooLarge, in one line. In units u of half a call's bytes (its inputs, or its outputs): the
+    candidate holds k sources, a live copy, the set in flight, its clone and the outputs, k + 4 u.
+    The judge builds one set (its inputs, their float64 copy, the reference's temporaries, the
+    references: `peak` bytes, measured by the judge; 3 u before that) while the sets already in
+    flight keep their inputs and references (`kept` bytes each; 2 u), and it reads one set's
+    outputs beside the references of those in flight."""
+    if not total:
+        return None, IN_FLIGHT
+    u = moved / 2
+    if peak is None:  # not built yet: inputs and their float64 copy; a set's inputs and references
+        peak, kept = 3 * u, 2 * u
+
+    def need(k: int, f: int) -> float:
+        return (k + 4) * u + max(peak + (f - 1) * kept, f * kept + u)
+
+    for k in (4, 3, 2):
+        for f in range(IN_FLIGHT, 0, -1):
+            if need(k, f) < 0.85 * total:
+                return k, f
+    raise TooLarge(f"{what} moves {moved / 2**30:.1f} GiB a call; judging it needs about "
+                   f"{need(2, 1) / 2**30:.0f} GiB of the device's {total / 2**30:.0f} GiB")
+
+
 _nodes_loaded: set[str] = set()
 
 
@@ -131,25 +158,19 @@ class Evaluation:
         self.op_hash = _baselines.operator_hash(self.op, cfg.get("operator_node"))
         self.plans = [self.plan(s) for s in self.shapes]
 
-    def plan(self, shape: dict) -> dict:
-        """How many input sets a shape gets, from the memory it needs: the candidate holds the
-        timing sources, a live copy, one set in flight and its outputs; the judge one set, its
-        float64 copy and the reference."""
+    def plan(self, shape: dict, built: tuple[int, int] | None = None) -> dict:
+        """How many input sets a shape gets, how many are timing sources and how many are in
+        flight at once, from the device memory they need (memory_plan). built: what building one
+        input set with its references took on the judge, measured (peak, kept) bytes; None
+        before any was built (an estimate)."""
         moved = int(self.op.bytes(shape))
         total = self.info.get("memory_bytes") if self.device == "cuda" else None
-        draws, n_src = (1 if moved > LARGE_BYTES else int(self.cfg["draws"])), None
-        if total:
-            # in units of half of what a call moves (its inputs, or its outputs): the candidate holds
-            # k timing sources, a live copy, the set in flight and two outputs; the judge a set, its
-            # float64 copy, the references of the sets in flight and the outputs it reads
-            need = lambda k: (k + 4 + 3 + 2 * IN_FLIGHT + 2) * moved / 2  # noqa: E731
-            n_src = next((k for k in (4, 3, 2) if need(k) < 0.85 * total), None)
-            if n_src is None:
-                raise TooLarge(f"{self.op.name} {_shape_id(shape)} moves {moved / 2**30:.1f} GiB a call; judging it "
-                               f"needs about {need(2) / 2**30:.0f} GiB of the device's {total / 2**30:.0f} GiB")
+        draws = 1 if moved > LARGE_BYTES else int(self.cfg["draws"])
+        n_src, in_flight = memory_plan(moved, total, *(built or (None, None)),
+                                       what=f"{self.op.name} {_shape_id(shape)}")
         sets = input_sets(draws)
         sources = [i for i, (_, d) in enumerate(sets) if d == 0][: n_src or None]
-        return {"sets": sets, "sources": sources, "draws": draws}
+        return {"sets": sets, "sources": sources, "draws": draws, "in_flight": in_flight}
 
     def sources(self, shape: dict) -> list[int]:
         return self.plans[self.shapes.index(shape)]["sources"]
@@ -168,17 +189,37 @@ class Evaluation:
         """The envelope of each distribution (from its first draw), and each library's verdicts."""
         from operators import _correctness as rule
 
-        plan, out = self.plans[i], {}
+        plan, out, built = self.plans[i], {}, (0, 0)
         for k, (dist, d) in enumerate(plan["sets"]):
             if d == 0:
+                mark = self.memory_mark()
                 ins, refs, _ = self.input_set(shape, k)
+                built = tuple(max(a, b) for a, b in zip(built, self.memory_since(mark)))
                 out[dist] = _correctness.calibration(self, shape, dist, ins, refs)
                 del ins, refs
+        if self.device == "cuda":  # what a set really takes to build, then the plan that fits it
+            plan.update({k: v for k, v in self.plan(shape, built).items() if k in ("sources", "in_flight")})
+            plan["built_bytes"] = built
         plan["envelopes"] = {dist: rule.Envelope.from_dict(c["envelope"]) for dist, c in out.items()}
         if self.device == "cpu":  # Triton's interpreter truncates where a GPU rounds
             plan["envelopes"] = {dist: _correctness.interpreted(env) for dist, env in plan["envelopes"].items()}
         plan["calibration"] = out
         return {dist: c["verdicts"] for dist, c in out.items()}
+
+    def memory_mark(self) -> int | None:
+        """Device memory in use now, with the peak counter reset (None on a CPU)."""
+        if self.device != "cuda":
+            return None
+        self.torch.cuda.synchronize()
+        self.torch.cuda.reset_peak_memory_stats()
+        return self.torch.cuda.memory_allocated()
+
+    def memory_since(self, mark: int | None) -> tuple[int, int]:
+        """(peak, kept) bytes allocated since `mark`: at most at once, and still held."""
+        if mark is None:
+            return 0, 0
+        self.torch.cuda.synchronize()
+        return self.torch.cuda.max_memory_allocated() - mark, self.torch.cuda.memory_allocated() - mark
 
     # -- the candidate's messages ------------------------------------------------------------
     def next_message(self, limit: float | None = None):
@@ -334,7 +375,7 @@ class Evaluation:
             seconds["sending"] += time.perf_counter() - t1
             outstanding[k] = (refs, exp, ins if self.op.rule != "envelope" else ())  # top-k's rule reads them
             del ins
-            while len(outstanding) >= IN_FLIGHT and not stop:
+            while len(outstanding) >= plan["in_flight"] and not stop:
                 receive_one()
         while outstanding and stop not in ("gone",):
             if not receive_one():
@@ -459,6 +500,8 @@ class Evaluation:
         bases = [_baselines.for_shape(self, s, v) if cfg["timing"] else None
                  for s, v in zip(self.shapes, verdicts)]
         # where the judge's setup went (cold: calibrating envelopes, timing baselines; cached after)
+        if self.device == "cuda":
+            _release_compiled()
         self.setup_s.update(envelopes=t1 - t0, baselines=time.perf_counter() - t1)
         self.control.send("ready", device=self.device, setup_s={k: round(v, 3) for k, v in self.setup_s.items()})
         got = self.control.recv(None)
@@ -610,6 +653,20 @@ def _shape_id(shape: dict) -> str:
     return shape_id(shape)
 
 
+def _release_compiled() -> None:
+    """Before the candidate runs: torch.compile's CUDA graphs (max-autotune records them) keep
+    their memory pools for as long as the process lives, which is tens of GiB for a large problem
+    that the candidate and the judge's references need. A baseline compiled again later (a shape
+    not cached) compiles afresh."""
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is not None:
+        trees.reset_cudagraph_trees()
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
+    _release_memory()
+
+
 def _release_memory() -> None:
     gc.collect()
     torch = sys.modules.get("torch")
@@ -661,9 +718,10 @@ def main(fd: int, parent: int | None = None) -> int:
             ev = Evaluation(cfg, control, source)
             try:
                 ev.setup()
+                result = ev.run()  # a shape found too large once its references are built ends here too
             except TooLarge as e:
                 raise AblateError(str(e)) from None
-            control.send("result", result=ev.run())
+            control.send("result", result=result)
         except AblateError as e:
             control.send("error", message=str(e))
         except _channel.Closed:

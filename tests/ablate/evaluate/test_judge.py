@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ablate.evaluate._judge import LARGE_BYTES, Evaluation, TooLarge
+from ablate.evaluate._judge import LARGE_BYTES, Evaluation, TooLarge, memory_plan
 
 GiB = 1 << 30
 
@@ -34,6 +34,23 @@ def test_a_problem_too_large_for_the_device_is_refused_in_one_line():
     with pytest.raises(TooLarge) as e:
         plan(40 * GiB)
     assert "\n" not in str(e.value) and "GiB of the device's 141 GiB" in str(e.value)
+
+
+def test_what_building_a_set_took_decides_sources_and_sets_in_flight():
+    """KernelBench 36_RMSNorm_ on an H200 (7.5 GiB in, 7.5 out): its float64 reference peaks at
+    about six times the input (the upcast input, x ** 2, the quotient), which the estimate before
+    any set is built (three) did not cover, and the judge ran out of memory beside the candidate.
+    Measured, the plan keeps fewer sets in flight; heavier still, fewer sources; then a refusal."""
+    u, total = 7.5 * GiB, 140 * GiB
+    assert memory_plan(int(2 * u), total) == (4, 2)  # the estimate
+    assert memory_plan(int(2 * u), total, peak=int(6 * u), kept=int(2 * u)) == (4, 1)
+    assert memory_plan(int(2 * u), total, peak=int(9 * u), kept=int(2 * u)) == (2, 1)
+    with pytest.raises(TooLarge) as e:
+        memory_plan(int(2 * u), total, peak=int(11 * u), kept=int(2 * u), what="kernelbench/x shape")
+    assert "\n" not in str(e.value) and str(e.value).startswith("kernelbench/x shape moves 15.0 GiB a call")
+    assert memory_plan(int(2 * u), None, peak=int(50 * u)) == (None, 2)  # no device budget on a CPU
+    small = memory_plan(256 << 20, total, peak=3 << 30, kept=1 << 30)
+    assert small == (4, 2)  # an ordinary problem keeps every source and both sets in flight
 
 
 def test_a_busy_judge_ends_when_its_caller_is_killed(tmp_path):
