@@ -22,15 +22,14 @@ def compiled(fn: Callable, mode: str | None = None) -> Callable:
     return call
 
 
-def compile_baselines(fn: Callable) -> dict[str, Baseline]:
-    """torch.compile of fn, default and max-autotune (GPU only: Inductor on CPU needs a C++
-    toolchain and measures nothing of interest here)."""
-    return {
-        "torch_compile": Baseline("torch_compile", compiled(fn), needs_cuda=True),
-        "torch_compile_max_autotune": Baseline(
-            "torch_compile_max_autotune", compiled(fn, "max-autotune"), needs_cuda=True
-        ),
-    }
+def compile_baselines(fn: Callable, autotune: bool = True) -> dict[str, Baseline]:
+    """torch.compile of fn, default and (autotune) max-autotune (GPU only: Inductor on CPU needs a
+    C++ toolchain and measures nothing of interest here)."""
+    out = {"torch_compile": Baseline("torch_compile", compiled(fn), needs_cuda=True)}
+    if autotune:
+        out["torch_compile_max_autotune"] = Baseline(
+            "torch_compile_max_autotune", compiled(fn, "max-autotune"), needs_cuda=True)
+    return out
 
 
 def missing(module: str, package: str) -> Callable[[], str | None]:

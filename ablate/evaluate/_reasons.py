@@ -3,7 +3,7 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
-VERSION = "6"
+VERSION = "7"  # 7: an end while timed is a crash; a device record longer than the events is the time
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)
@@ -39,8 +39,8 @@ REASONS: dict[str, str] = {
     "timer_tampered": "a timing function was replaced after the submission was imported",
     "driver_tampered": "a library function was replaced, or a report broke the protocol",
     "stream_mismatch": "wall-clock time with a full device sync far exceeds the event time (side stream)",
-    "timing_disagrees": "the device's own activity record (CUPTI) of the timed calls is longer than their event "
-                        "times, or the submission broke that record",
+    "timing_disagrees": "the device's own activity record (CUPTI) of the timed calls is far longer than their event "
+                        "times (a little longer: that record is the time), or the submission broke that record",
     "below_roofline": "faster than speed of light: the physical floor of bytes and flops (datasheet or measured ceiling)",
     "l2_persistence": "the kernel reserved persisting L2 or set an access-policy window",
     "graph_capture_failed": "--cuda-graph: the kernel could not be captured in a CUDA graph",

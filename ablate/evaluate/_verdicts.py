@@ -12,9 +12,9 @@
   sol_fraction is reported as 1.0 and the row says so.
 - The device still busy after the timed stream finished means work was left on another stream.
 - The device's own record of the calls (CUPTI, see _trace) must agree with the events: the traced
-  block's median device span longer than the timed calls' median event time, past the noise
-  margin, means the event times were rewritten (timing_disagrees); so does a trace the
-  submission broke. The ATen operators the traced calls dispatched are in the trace too: one of
+  block's median device span longer than the timed calls' median event time past the noise
+  margin is the row's time instead (trace_longer_than_events); past TRACE_LIMIT it means the
+  event times were rewritten (timing_disagrees); so does a trace the submission broke. The ATen operators the traced calls dispatched are in the trace too: one of
   the operator's library_ops there is a library_passthrough (a kernel calling the library only
   in calls that are timed, not in those checked one by one). A GPU where no
   trace could be taken is said in the row (flag no_device_trace), not hidden.
@@ -34,6 +34,7 @@ FLAG_SPEEDUP = 3.0
 STREAM_LAG_MS, STREAM_LAG_FRACTION = 0.05, 0.25
 # events resolve about half a microsecond; CUPTI's timestamps, nanoseconds
 TRACE_SLACK_MS = 0.002
+TRACE_LIMIT = 0.10  # a device record longer than the events by more than this: the events were rewritten
 
 
 def floor_ms(op, shape: dict, ceilings: dict, l2_bytes: int | None, written: int | None = None) -> float:
@@ -43,6 +44,38 @@ def floor_ms(op, shape: dict, ceilings: dict, l2_bytes: int | None, written: int
     written = total if written is None else min(max(0, written), total)
     moved = total - written + max(0, written - (l2_bytes or 0))
     return max(moved / (ceilings["copy_gbps"] * 1e9), op.flops(shape) / (ceilings["matmul_tflops"] * 1e12)) * 1e3
+
+
+def _against_trace(row: dict, timing: dict, med: float, fails: dict, ran: set, op) -> float:
+    """The time a GPU row is judged by: the events' median, or the device's own record of the
+    traced calls (CUPTI) where that is longer than the events past the noise margin (flag
+    trace_longer_than_events; the events' median kept beside it). An honest call's kernels lie
+    between its events, but on an H200 an eager torch RMSNorm's traced calls ran 2.1% longer than
+    its timed calls' events (KernelBench 36_RMSNorm_: 11.634 ms against 11.397), beyond NOISE:
+    the device's record is then the time, so events shaved by anything within TRACE_LIMIT gain
+    nothing, and beyond it they are rejected (timing_disagrees)."""
+    trace = timing.get("trace")
+    if isinstance(trace, str) and trace.startswith("unavailable"):
+        row.setdefault("flags", []).append("no_device_trace")
+        row["trace_note"] = trace
+        return med
+    ran.add("timing_disagrees")
+    span = trace.get("median") if isinstance(trace, dict) else None
+    if not isinstance(span, (int, float)) or not math.isfinite(span) or span < 0:
+        fails.setdefault("timing_disagrees", f"no device trace of the timed calls: {str(trace):.200}")
+        return med
+    row["trace_ms"] = span
+    library = sorted(set(trace.get("ops") or ()) & set(getattr(op, "library_ops", None) or ()))
+    if library:  # checked calls are watched too (the candidate's OpWatch); this sees the timed kind
+        fails.setdefault("library_passthrough", "in traced timed calls the kernel dispatched " + ", ".join(library[:6]))
+    if span > med * (1 + TRACE_LIMIT) + TRACE_SLACK_MS:
+        fails.setdefault("timing_disagrees", f"the device ran each timed call for {span:.4f} ms (median, "
+                                             f"CUPTI), the events say {med:.4f} ms")
+    elif span > med * (1 + NOISE) + TRACE_SLACK_MS:
+        row.setdefault("flags", []).append("trace_longer_than_events")
+        row["time_ms"] = {**row["time_ms"], "median": span, "events_median": med}
+        return span
+    return med
 
 
 def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, device: str, ceilings: dict | None,
@@ -56,7 +89,7 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
         return
     row["time_ms"] = {**t, "n": n}
     row["wall_ms"] = wall
-    med = t["median"]
+    med = t["median"] if device != "cuda" else _against_trace(row, timing, t["median"], fails, ran, op)
     if row["baselines_ms"]:
         best = min(row["baselines_ms"], key=row["baselines_ms"].get)
         row["best_baseline"] = best
@@ -77,24 +110,6 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
     if isinstance(lag, (int, float)) and lag > max(STREAM_LAG_MS, STREAM_LAG_FRACTION * med):
         fails.setdefault("stream_mismatch", f"the device stayed busy {lag:.4f} ms after the timed stream finished "
                                             f"(events: {med:.4f} ms; wall-clock with a full sync: {wall:.4f} ms)")
-    trace = timing.get("trace")
-    if isinstance(trace, str) and trace.startswith("unavailable"):
-        row.setdefault("flags", []).append("no_device_trace")
-        row["trace_note"] = trace
-    else:
-        ran.add("timing_disagrees")
-        span = trace.get("median") if isinstance(trace, dict) else None
-        if not isinstance(span, (int, float)) or not math.isfinite(span) or span < 0:
-            fails.setdefault("timing_disagrees", f"no device trace of the timed calls: {str(trace):.200}")
-        else:
-            row["trace_ms"] = span
-            library = sorted(set(trace.get("ops") or ()) & set(getattr(op, "library_ops", None) or ()))
-            if library:  # checked calls are watched too (the candidate's OpWatch); this sees the timed kind
-                fails.setdefault("library_passthrough", "in traced timed calls the kernel dispatched "
-                                                        + ", ".join(library[:6]))
-            if span > med * (1 + NOISE) + TRACE_SLACK_MS:
-                fails.setdefault("timing_disagrees", f"the device ran each timed call for {span:.4f} ms (median, "
-                                                     f"CUPTI), the events say {med:.4f} ms")
     if ceilings:
         ran.add("below_roofline")
         floor = floor_ms(op, shape, ceilings, l2_bytes, written)

@@ -88,7 +88,10 @@ OPERATOR = Operator(
         "sdpa_flash": Baseline("sdpa_flash", _backend("FLASH_ATTENTION"), _backend_unavailable("FLASH_ATTENTION"), needs_cuda=True),
         "sdpa_cudnn": Baseline("sdpa_cudnn", _backend("CUDNN_ATTENTION"), _backend_unavailable("CUDNN_ATTENTION"), needs_cuda=True),
         "sdpa_efficient": Baseline("sdpa_efficient", _backend("EFFICIENT_ATTENTION"), _backend_unavailable("EFFICIENT_ATTENTION"), needs_cuda=True),
-        **compile_baselines(_ref.reference),
+        # Not max-autotune: it tunes the reference's materialised S x S matmuls, 43-128 s of compile
+        # and autotuning a shape on an H200 (most of the judge's cold setup), for a time about 30x
+        # the SDPA backends' (6.50 ms against 0.22 on B=2,H=24,S=3000), so it is never a best library.
+        **compile_baselines(_ref.reference, autotune=False),
         # No FlashInfer baseline: its prefill kernels take and return token-major [S, H, D] tensors,
         # so the contract's [B, H, S, D] would cost a transposed copy of q and o per batch.
     },
