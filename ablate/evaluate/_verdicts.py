@@ -107,9 +107,10 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
         return
     ran.add("stream_mismatch")
     lag = timing.get("lag_ms")
-    if isinstance(lag, (int, float)) and lag > max(STREAM_LAG_MS, STREAM_LAG_FRACTION * med):
+    events = t["median"]
+    if isinstance(lag, (int, float)) and lag > max(STREAM_LAG_MS, STREAM_LAG_FRACTION * events):
         fails.setdefault("stream_mismatch", f"the device stayed busy {lag:.4f} ms after the timed stream finished "
-                                            f"(events: {med:.4f} ms; wall-clock with a full sync: {wall:.4f} ms)")
+                                            f"(events: {events:.4f} ms; wall-clock with a full sync: {wall:.4f} ms)")
     if ceilings:
         ran.add("below_roofline")
         floor = floor_ms(op, shape, ceilings, l2_bytes, written)
