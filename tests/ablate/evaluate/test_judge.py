@@ -92,3 +92,27 @@ def test_the_judge_is_told_who_started_it():
         assert j.proc.args[-1] == str(os.getpid()) and j.alive()
     finally:
         j.close()
+
+
+def test_compiled_baselines_are_released_before_the_candidate_runs():
+    """torch.compile's state (its CUDA graph pools on a GPU) goes before the candidate's run; a
+    compiled function compiles afresh when called again."""
+    import torch
+    import torch._dynamo
+    import torch._inductor.cudagraph_trees  # noqa: F401
+
+    from ablate.evaluate._judge import _release_compiled
+
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(1)
+        return gm.forward
+
+    fn = torch.compile(lambda x: x + 1, backend=backend)
+    fn(torch.ones(2))
+    fn(torch.ones(2))
+    assert len(compiles) == 1
+    _release_compiled()
+    assert torch.equal(fn(torch.ones(2)), torch.full((2,), 2.0))
+    assert len(compiles) == 2  # compiled afresh: dynamo's caches were reset
