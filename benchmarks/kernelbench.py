@@ -1,6 +1,7 @@
 """KernelBench level-1 problems through the trusted evaluator (run on a CUDA machine).
 
     python benchmarks/kernelbench.py --kernelbench /path/to/KernelBench --out DIR [--problems 19_ReLU ...]
+        [--kernels honest passthrough]
 
 For each problem: an honest Triton `ModelNew` written here (it must be accepted) and a passthrough
 `ModelNew` calling the very torch function the problem's Model calls (it must be rejected), each
@@ -178,6 +179,8 @@ def main() -> int:
     p.add_argument("--kernelbench", required=True, type=Path, help="a KernelBench checkout (or its level1 folder)")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--problems", nargs="+", default=["19_ReLU", "1_Square_matrix_multiplication_"])
+    p.add_argument("--kernels", nargs="+", choices=["honest", "passthrough"], default=["honest", "passthrough"],
+                   help="which ModelNew to judge per problem (default both; a large problem's evaluation takes minutes)")
     a = p.parse_args()
     from ablate.evaluate import evaluate
     from ablate.evaluate._gpu import device_info
@@ -186,7 +189,9 @@ def main() -> int:
     node = {"source": "kernelbench", "path": str(a.kernelbench.resolve()), "level": 1, "names": list(a.problems)}
     rows, work = [], Path(tempfile.mkdtemp())
     for problem in a.problems:
-        for kind, src in (("honest Triton ModelNew", HONEST[problem]), ("passthrough ModelNew", passthrough(problem))):
+        kinds = {"honest": ("honest Triton ModelNew", HONEST[problem]),
+                 "passthrough": ("passthrough ModelNew", passthrough(problem))}
+        for kind, src in (kinds[k] for k in a.kernels):
             f = work / f"{problem}-{kind.split()[0]}.py"
             f.write_text(src)
             print(f"{problem}: {kind} ...", flush=True)
