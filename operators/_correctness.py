@@ -41,7 +41,8 @@ API (the judge, ``Operator.verify``, the benchmarks and the tests all use these)
     envelope(reference_stats, library_stats, tol, dtypes, rule) -> Envelope
     judge_output(out, ref, env, inputs=()) -> Judgement(ok, margin, message, stats)
     calibrate(op, inputs, ref=None, implementations={}, dtype=None)
-        -> Calibration(envelope, verdicts {name: Verdict(status, margin, message, stats, rule)}, reference stats)
+        -> Calibration(envelope, verdicts {name: Verdict(status, margin, message, stats, rule)}, reference stats,
+           seconds {name: wall seconds})
 
 ``margin`` is the kernel's worst statistic over its bound (<= 1 passes; inf for NaN, a wrong
 structure or an operator rule's violation). An operator with its own rule (``Operator.rule``:
@@ -170,7 +171,7 @@ class Calibration(NamedTuple):
     envelope: Envelope
     verdicts: dict[str, Verdict]
     reference: tuple[Stats, ...]  # the reference in the contract dtype, against the float64 one
-    seconds: dict[str, float] = {}  # each implementation's wall time here (a torch.compile's compile with it)
+    seconds: dict[str, float]  # each implementation's wall time here (a torch.compile's compile with it)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@
 - The device's own record of the calls (CUPTI, see _trace) must agree with the events: the traced
   block's median device span longer than the timed calls' median event time past the noise
   margin is the row's time instead (trace_longer_than_events); past TRACE_LIMIT it means the
-  event times were rewritten (timing_disagrees); so does a trace the submission broke. The ATen operators the traced calls dispatched are in the trace too: one of
-  the operator's library_ops there is a library_passthrough (a kernel calling the library only
-  in calls that are timed, not in those checked one by one). A GPU where no
+  event times were rewritten (timing_disagrees); so does a trace the submission broke. The ATen
+  operators the traced calls dispatched are in the trace too: one of the operator's library_ops
+  there is a library_passthrough (a kernel calling the library only in calls that are timed, not
+  in those checked one by one). A GPU where no
   trace could be taken is said in the row (flag no_device_trace), not hidden.
 - A speedup above FLAG_SPEEDUP over the best library is flagged for a human look.
 - Another process using the GPU (the judge's canary copy, _gpu.contention) is said in the row:
