@@ -149,6 +149,13 @@ def _cost(ev: dict) -> dict:
                               if k in ("judge_ceilings", "judge_envelopes", "judge_baselines")}}
 
 
+def _setup(o: dict) -> str:
+    """The judge's setup seconds, with where they went when known ("48.0: envelopes 16.2, ...")."""
+    split = o.get("judge_split_s") or {}
+    parts = ", ".join(f"{k} {split[k]:.1f}" for k in ("envelopes", "baselines", "ceilings") if split.get(k) is not None)
+    return _f(o.get("judge_setup_s"), ".1f") + (f": {parts}" if parts and o.get("judge_setup_s") is not None else "")
+
+
 def _f(x, fmt):
     return "-" if x is None else format(x, fmt)
 
@@ -172,7 +179,7 @@ def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
         verdict = o["verdict"] + (f" ({', '.join(o['reasons'])})" if o["reasons"] else "")
         lines.append(f"| {name} | {o['kind']} | {verdict} | {_f(o['geomean_ratio'], '.3f')} | {_f(o['worst_ratio'], '.3f')} "
                      f"| {o['aim']} | {'yes' if o['met'] else 'no'} | `{json.dumps(o['config'])}` | {len(o['shape_configs'])} "
-                     f"| {_f(o['trial_s'], '.0f')} | {_f(o['evaluation_s'], '.0f')} | {_f(o.get('judge_setup_s'), '.1f')} "
+                     f"| {_f(o['trial_s'], '.0f')} | {_f(o['evaluation_s'], '.0f')} | {_setup(o)} "
                      f"| {_f(o.get('per_shape_s'), '.2f')} |")
     lines += ["", "## Per eval shape", "",
               "| operator | shape | correct | ms | best library | library ms | ratio | SOL | floor ms | dispatched |",
