@@ -139,20 +139,22 @@ def rows_of(records) -> tuple[list[dict], dict]:
     return rows, ops
 
 
+SETUP_PARTS = ("envelopes", "baselines", "ceilings")  # the judge's setup, as its phase_seconds split it
+
+
 def _cost(ev: dict) -> dict:
     """The final evaluation's judge setup (envelopes, baselines and ceilings; cached after the
     first on a GPU) and its seconds per shape once the candidate runs, from its phase seconds."""
     phases, n = ev.get("phase_seconds") or {}, len(ev.get("shapes") or [])
     per = phases.get("candidate")
     return {"judge_setup_s": phases.get("judge_ready"), "per_shape_s": per / n if per is not None and n else None,
-            "judge_split_s": {k.removeprefix("judge_"): v for k, v in phases.items()
-                              if k in ("judge_ceilings", "judge_envelopes", "judge_baselines")}}
+            "judge_split_s": {k: phases[f"judge_{k}"] for k in SETUP_PARTS if f"judge_{k}" in phases}}
 
 
 def _setup(o: dict) -> str:
     """The judge's setup seconds, with where they went when known ("48.0: envelopes 16.2, ...")."""
     split = o.get("judge_split_s") or {}
-    parts = ", ".join(f"{k} {split[k]:.1f}" for k in ("envelopes", "baselines", "ceilings") if split.get(k) is not None)
+    parts = ", ".join(f"{k} {split[k]:.1f}" for k in SETUP_PARTS if split.get(k) is not None)
     return _f(o.get("judge_setup_s"), ".1f") + (f": {parts}" if parts and o.get("judge_setup_s") is not None else "")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,8 +21,6 @@ def ceilings(info: dict, note, measure, rate=None) -> dict:
     process used the GPU (every later check would be lenient), so they are measured again, under a
     new id, and the baselines cached under the old id are timed again too. rate() -> the canary's
     GB/s now; None skips the check."""
-    import os
-
     from ablate.evaluate._gpu import measured_under_load
 
     key = f"{info['name']}|{info['driver']}|{info['torch']}|v4"

@@ -198,7 +198,7 @@ class Evaluation:
                 out[dist] = _correctness.calibration(self, shape, dist, ins, refs)
                 del ins, refs
         if self.device == "cuda":  # what a set really takes to build, then the plan that fits it
-            plan.update({k: v for k, v in self.plan(shape, built).items() if k in ("sources", "in_flight")})
+            plan.update(self.plan(shape, built))  # the same sets; sources and sets in flight refitted
         plan["envelopes"] = {dist: rule.Envelope.from_dict(c["envelope"]) for dist, c in out.items()}
         if self.device == "cpu":  # Triton's interpreter truncates where a GPU rounds
             plan["envelopes"] = {dist: _correctness.interpreted(env) for dist, env in plan["envelopes"].items()}
