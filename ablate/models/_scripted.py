@@ -52,6 +52,7 @@ SWEEP_SHARE = 0.05  # of the trial's tightest time budget (tool, GPU or wall sec
 SWEEP_MAX_S = 150.0
 SWEEP_MIN_S = 20.0
 CPU_CONFIGS = 3  # configurations swept under Triton's CPU interpreter, whose timings mean little
+VARIANT_LOSS = 0.10  # a configuration this much slower than the best on a variant shape is fragile
 
 # The policy's own test, and its search over the template's configurations (every arm has a shell).
 CHECK_SCRIPT = '''\
@@ -61,7 +62,9 @@ CHECK_SCRIPT = '''\
 #   python check.py sweep       template.py at each configuration of CONFIGS in order, until SECONDS
 #                               have passed (the first is always tried): one RESULT line each, ending
 #                               in config=<index>; a configuration that breaks the CUDA context is
-#                               reported and the sweep goes on in a fresh process.
+#                               reported and the sweep goes on in a fresh process. The sweep also checks
+#                               and times each configuration on VARIANTS, shapes that are not public
+#                               (variants_ms=[..]), so that a choice does not rest on the public shapes alone.
 import importlib.util, json, math, statistics, subprocess, sys, time
 
 import torch
@@ -70,6 +73,7 @@ from reference import example_inputs, reference
 OPERATOR = {operator!r}
 CONFIGS = {configs}
 SECONDS = {seconds}
+VARIANTS = {variants}
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -101,15 +105,25 @@ def close(got, want, inputs):
     return ok, worst
 
 
-def cases():
+def cases(shapes):
     out = []
-    for shape in json.load(open("shapes.json")):
+    for shape in shapes:
         dims = {{k: v for k, v in shape.items() if k != "dtype"}}
         sets = []
         for seed in (1, 2):
             inputs = example_inputs(**dims, device=DEVICE, seed=seed)
             sets.append((inputs, reference(*inputs)))
         out.append(sets)
+    return out
+
+
+def variant_cases():
+    out = []
+    for shape in VARIANTS:  # a variant the reference does not take is left out
+        try:
+            out += cases([shape])
+        except Exception as e:
+            print(f"VARIANT {{json.dumps(shape)}} left out: {{type(e).__name__}}", flush=True)
     return out
 
 
@@ -138,13 +152,22 @@ def measure(kernel, data):
     return True, worst, shapes_ms
 
 
-def result(ok, worst, shapes_ms):
+def result(ok, worst, shapes_ms, variants_ms=None):
     ms = math.exp(sum(math.log(t) for t in shapes_ms) / len(shapes_ms)) if ok and shapes_ms else float("nan")
-    return f"RESULT correct={{int(ok)}} max_err={{worst:.3g}} ms={{ms:.6g}} shapes_ms={{json.dumps([round(t, 6) for t in shapes_ms])}}"
+    line = f"RESULT correct={{int(ok)}} max_err={{worst:.3g}} ms={{ms:.6g}} shapes_ms={{json.dumps([round(t, 6) for t in shapes_ms])}}"
+    return line if variants_ms is None else line + f" variants_ms={{json.dumps([round(t, 6) for t in variants_ms])}}"
+
+
+def swept(kernel, data, variants):
+    ok, worst, shapes_ms = measure(kernel, data)
+    if not ok:
+        return result(ok, worst, shapes_ms)
+    ok, v_worst, variants_ms = measure(kernel, variants)
+    return result(ok, max(worst, v_worst), shapes_ms if ok else [], variants_ms)
 
 
 def worker(start, deadline):
-    data = cases()
+    data, variants = cases(json.load(open("shapes.json"))), variant_cases()
     mod = load("template.py")
     for i in range(start, len(CONFIGS)):
         if i > start and time.time() > deadline:
@@ -153,7 +176,7 @@ def worker(start, deadline):
         print(f"TRYING {{i}}", flush=True)
         mod.CONFIG = CONFIGS[i]
         try:
-            print(result(*measure(mod.kernel, data)) + f" config={{i}}", flush=True)
+            print(swept(mod.kernel, data, variants) + f" config={{i}}", flush=True)
         except Exception as e:
             print(f"RESULT correct=0 error={{type(e).__name__}} config={{i}}: {{str(e)[:300]!r}}", flush=True)
             if "CUDA error" in str(e) or "illegal memory access" in str(e) or "AcceleratorError" in type(e).__name__:
@@ -184,7 +207,7 @@ if __name__ == "__main__":
     elif sys.argv[1] == "worker":
         worker(int(sys.argv[2]), float(sys.argv[3]))
     else:
-        print(result(*measure(load(sys.argv[1]).kernel, cases())))
+        print(result(*measure(load(sys.argv[1]).kernel, cases(json.load(open("shapes.json"))))))
 '''
 
 PASSTHROUGH = '''\
@@ -232,6 +255,29 @@ def render(source: str, config: dict[str, Any], shape_configs: dict[str, dict[st
 
 
 # -- choice of configuration ----------------------------------------------------------------
+def variants(shapes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shapes the sweep also measures, beyond the public ones: each public shape with its innermost
+    dimension halved (the head dim, the row width, the reduction depth), since the hidden shapes
+    differ from the public ones and those sizes change which tile fits."""
+    out: list[dict[str, Any]] = []
+    for shape in shapes:
+        dims = [k for k, v in shape.items() if k != "dtype" and isinstance(v, int)]
+        if dims and shape[dims[-1]] >= 2:
+            variant = {**shape, dims[-1]: shape[dims[-1]] // 2}
+            if variant not in shapes and variant not in out:
+                out.append(variant)
+    return out
+
+
+def robust(results: list["_Swept"], loss: float = VARIANT_LOSS) -> list["_Swept"]:
+    """The correct configurations no more than `loss` slower than the fastest on every variant shape
+    (all of them when none is): a public-shape win bought with a clear loss elsewhere is not chosen."""
+    n = min((len(r.variants_ms) for r in results), default=0)
+    best = [min(r.variants_ms[v] for r in results) for v in range(n)]
+    kept = [r for r in results if all(r.variants_ms[v] <= best[v] * (1 + loss) for v in range(n))]
+    return kept or results
+
+
 def configs_from_knowledge(search_output: str, default: dict[str, Any]) -> list[dict[str, Any]]:
     """Configurations recommended by the tables of knowledge-base search results. A table counts
     when its columns name at least two of the template's keys ("num warps" -> num_warps), or the
@@ -403,6 +449,7 @@ class _Swept:
     correct: bool
     ms: float | None
     shapes_ms: list[float]
+    variants_ms: list[float] = field(default_factory=list)
 
 
 class _Policy:
@@ -442,7 +489,7 @@ class _Policy:
         if self.measured:
             return self._measured_search(order, swept)
         correct = [r for r in swept if r.correct]
-        default = self._incumbent(correct)
+        default = self._incumbent(robust(correct))
         self._own_search(default, self._dispatch(default, correct) if default else {}, order[0])
 
     def _sweep(self, order: list[dict[str, Any]]) -> list[_Swept]:
@@ -452,21 +499,29 @@ class _Policy:
         seconds = min(SWEEP_MAX_S, max(SWEEP_MIN_S, SWEEP_SHARE * min(budget))) if budget else SWEEP_MAX_S
         seconds = round(min(seconds, max(SWEEP_MIN_S, self.command_s - 120)))
         listed = order if self.task.gpu else order[:CPU_CONFIGS]
+        extra = variants(self.task.shapes) if self.task.gpu else []  # interpreter timings cannot rank them
         act("Writing the parameterised kernel.", "write_file", path="template.py", content=self.source)
         act("Writing a test and search script.", "write_file", path="check.py",
-            content=CHECK_SCRIPT.format(operator=self.task.operator, configs=json.dumps(listed), seconds=seconds))
+            content=CHECK_SCRIPT.format(operator=self.task.operator, configs=json.dumps(listed), seconds=seconds,
+                                        variants=json.dumps(extra)))
         out, _ = act(f"Searching {len(listed)} configurations for at most {seconds} s.", "bash",
                      command="python check.py sweep")
         swept = {}
-        for m in re.finditer(r"^RESULT correct=(\d) (?:max_err=\S+ ms=(\S+) shapes_ms=(\[[^\]]*\])|error=\S+) config=(\d+)",
-                             out, re.M):
-            i, ok = int(m.group(4)), m.group(1) == "1" and m.group(3) is not None
+        for m in re.finditer(r"^RESULT correct=(\d) (?:max_err=\S+ ms=(\S+) shapes_ms=(\[[^\]]*\])"
+                             r"(?: variants_ms=(\[[^\]]*\]))?|error=\S+) config=(\d+)", out, re.M):
+            i, ok = int(m.group(5)), m.group(1) == "1" and m.group(3) is not None
             if i < len(listed) and i not in swept:  # a crash reported after a partial line counts once
-                swept[i] = _Swept(i, listed[i], ok, float(m.group(2)) if ok else None, json.loads(m.group(3)) if ok else [])
+                swept[i] = _Swept(i, listed[i], ok, float(m.group(2)) if ok else None, json.loads(m.group(3)) if ok else [],
+                                  json.loads(m.group(4)) if ok and m.group(4) else [])
         swept = list(swept.values())
         ok = [r for r in swept if r.correct]
-        best = self._incumbent(ok)
+        kept = robust(ok)
+        best = self._incumbent(kept)
+        fragile = [r.config for r in ok if r not in kept]
         self.sweep_note = (f"the sweep tried {len(swept)} of {len(listed)} configurations, {len(ok)} correct"
+                           + (f", {len(extra)} variant shape(s) besides the public ones" if extra else "")
+                           + (f"; {len(fragile)} left aside as more than {VARIANT_LOSS:.0%} slower than the best on "
+                              f"a variant" if fragile else "")
                            + (f"; fastest {best.config} at {best.ms:.4g} ms" if best else ""))
         return swept
 
@@ -523,7 +578,8 @@ class _Policy:
         many as the turns allow, each through the harness's tools; then the shape dispatch."""
         act = self.s.act
         correct = [r for r in swept if r.correct]
-        ranked = [r.config for r in sorted(correct, key=lambda r: (r.ms, order.index(r.config)))]
+        kept = robust(correct)  # the robust ones first, each group by its public-shape time
+        ranked = [r.config for r in sorted(correct, key=lambda r: (r not in kept, r.ms, order.index(r.config)))]
         tried = [r.config for r in swept]
         cands = ranked + [c for c in order if c not in tried] + [c for c in order if c in tried and c not in ranked]
         cands = cands[: self._fits(len(cands))]

@@ -14,7 +14,7 @@ from ablate import models
 from ablate.errors import AblateError
 from ablate.models import Message, ToolSpec
 from ablate.models._scripted import (CHECK_SCRIPT, choose_configs, configs_from_knowledge, dispatch_wins, render,
-                                     review, shape_key, template)
+                                     review, shape_key, template, variants)
 
 TASK = ("Operator: rmsnorm\n\nGoal...\nTarget: an NVIDIA GPU (NVIDIA H200).\n"
         "Public shapes (the evaluation also uses hidden shapes): [{\"M\": 8, \"N\": 512, \"dtype\": \"bfloat16\"}]\n"
@@ -62,14 +62,17 @@ def swept_configs(files):
     return module_value(files["check.py"], "CONFIGS")
 
 
-def sweep_output(files, ms_of, correct_of=lambda c: True):
-    """What `python check.py sweep` prints when configuration c takes ms_of(c) (a list: per shape)."""
+def sweep_output(files, ms_of, correct_of=lambda c: True, variants_of=None):
+    """What `python check.py sweep` prints when configuration c takes ms_of(c) (a list: per shape),
+    and variants_of(c) on the variant shapes when given."""
     lines = []
     for i, c in enumerate(swept_configs(files)):
         per = ms_of(c)
         ok = correct_of(c)
         g = (sum(per) / len(per)) if ok else float("nan")  # a stand-in geomean: monotone is all the policy needs
-        lines.append(f"TRYING {i}\nRESULT correct={int(ok)} max_err=0.01 ms={g:.6g} shapes_ms={json.dumps(per if ok else [])} config={i}")
+        extra = f" variants_ms={json.dumps(variants_of(c))}" if variants_of and ok else ""
+        lines.append(f"TRYING {i}\nRESULT correct={int(ok)} max_err=0.01 ms={g:.6g} shapes_ms={json.dumps(per if ok else [])}"
+                     f"{extra} config={i}")
     return "\n".join(lines) + "\nSWEEP done\n[exit code 0, 1.0s]"
 
 
@@ -82,13 +85,13 @@ def check_output(files, ms_of, shapes=1):
     return f"RESULT correct=1 max_err=0.01 ms={sum(per) / len(per):.6g} shapes_ms={json.dumps(per)}\n[exit code 0]"
 
 
-def fake(ms_of, correct_of=lambda c: True, shapes=1, extra=None):
+def fake(ms_of, correct_of=lambda c: True, shapes=1, extra=None, variants_of=None):
     def answer(call, files):
         if extra and (out := extra(call, files)) is not None:
             return out
         if call.name == "bash":
             if call.arguments["command"] == "python check.py sweep":
-                return sweep_output(files, ms_of, correct_of)
+                return sweep_output(files, ms_of, correct_of, variants_of)
             assert call.arguments["command"] == "python check.py kernel.py"
             return check_output(files, ms_of, shapes)
         return "ok"
@@ -107,6 +110,33 @@ def test_goal_only_sweeps_with_its_own_script_and_keeps_the_fastest():
     assert set(names) <= set(CORE) and names[-1] == "submit"
     bash = [c.arguments["command"] for c in used if c.name == "bash"]
     assert bash == ["python check.py sweep", "python check.py kernel.py"]  # one search, then the final file tested
+
+
+def test_variants_halve_each_public_shapes_innermost_dimension():
+    assert variants([{"B": 4, "H": 32, "S": 4096, "D": 128, "dtype": "bfloat16"}]) == [
+        {"B": 4, "H": 32, "S": 4096, "D": 64, "dtype": "bfloat16"}]
+    # a variant that is already public, or repeats another, is not measured twice; a width of 1 is not halved
+    assert variants([{"M": 8, "N": 512}, {"M": 8, "N": 256}, {"M": 8, "N": 1}]) == [{"M": 8, "N": 128}]
+
+
+def test_a_public_shape_win_bought_with_a_loss_on_a_variant_is_not_chosen():
+    """The fastest configuration on the public shape but more than 10% slower than another on the
+    variant shape (attention's D=128 tile used at D=64) is left aside; within 10% it still wins."""
+    source, configs = template("attention")
+    fast, steady = configs[5], configs[3]
+    ms_of = lambda c: [1.0 if c == fast else 1.04 if c == steady else 1.5]  # noqa: E731
+    task = TASK.replace("Operator: rmsnorm", "Operator: attention").replace(
+        '[{"M": 8, "N": 512, "dtype": "bfloat16"}]', '[{"B": 4, "H": 32, "S": 4096, "D": 128, "dtype": "bfloat16"}]')
+
+    def chosen(fast_on_variant, tools=CORE):
+        variants_of = lambda c: [fast_on_variant if c == fast else 0.5 if c == steady else 0.9]  # noqa: E731
+        _, files, _ = drive(models.get({"provider": "scripted"}), specs(*tools), fake(ms_of, variants_of=variants_of),
+                            task=task)
+        assert module_value(files["check.py"], "VARIANTS") == [{"B": 4, "H": 32, "S": 4096, "D": 64, "dtype": "bfloat16"}]
+        return module_value(files["kernel.py"], "CONFIG")
+
+    assert chosen(0.60) == steady  # 20% slower on the variant: fragile
+    assert chosen(0.54) == fast  # 8% slower: within the allowance, the public win stands
 
 
 def test_incorrect_configurations_are_never_kept_and_the_margin_holds():
@@ -237,7 +267,7 @@ def test_the_sweep_takes_a_share_of_the_budget_and_fits_the_command_limit():
 
 
 def test_the_check_script_renders_and_parses():
-    text = CHECK_SCRIPT.format(operator="topk", configs=json.dumps([{"a": 1}]), seconds=12)
+    text = CHECK_SCRIPT.format(operator="topk", configs=json.dumps([{"a": 1}]), seconds=12, variants="[]")
     tree = ast.parse(text)
     assert module_value(text, "CONFIGS") == [{"a": 1}] and module_value(text, "SECONDS") == 12
     assert any(isinstance(n, ast.FunctionDef) and n.name == "sweep" for n in tree.body)
@@ -255,6 +285,8 @@ def kernel(x, weight):
         os._exit(7)  # dies like a process whose CUDA context broke
     if CONFIG["x"] == 2:
         raise ValueError("out of resource: shared memory")
+    if CONFIG["x"] == 4 and x.shape[-1] == 40:
+        return x  # wrong on the variant shape only
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).to(x.dtype)
 """
@@ -273,19 +305,24 @@ def test_the_check_script_survives_a_dying_configuration_and_keeps_its_time(tmp_
     (tmp_path / "reference.py").write_bytes(op.task_files["reference.py"].read_bytes())
     (tmp_path / "shapes.json").write_text(json.dumps(op.shapes["smoke"]))
     (tmp_path / "template.py").write_text(FAKE_TEMPLATE)
-    configs = [{"x": 0}, {"x": 1}, {"x": 2}, {"x": 3}]
+    configs = [{"x": 0}, {"x": 1}, {"x": 2}, {"x": 3}, {"x": 4}]
+    shape = op.shapes["smoke"][0]
+    checked = [{**shape, "M": 4, "N": 40}, {**shape, "M": 0, "N": -3}]  # the second: no reference takes it
 
     def sweep(seconds):
         (tmp_path / "check.py").write_text(CHECK_SCRIPT.format(operator="rmsnorm", configs=json.dumps(configs),
-                                                               seconds=seconds))
+                                                               seconds=seconds, variants=json.dumps(checked)))
         return subprocess.run([sys.executable, "check.py", "sweep"], cwd=tmp_path, capture_output=True, text=True,
                               timeout=120).stdout
 
     out = sweep(60)
     lines = [ln for ln in out.splitlines() if ln.startswith("RESULT")]
-    assert [ln.split("config=")[1].split(":")[0] for ln in lines] == ["0", "1", "2", "3"]
+    assert [ln.split("config=")[1].split(":")[0] for ln in lines] == ["0", "1", "2", "3", "4"]
     assert lines[0].startswith("RESULT correct=1") and lines[3].startswith("RESULT correct=1")
+    assert re.search(r"shapes_ms=\[[\d., ]+\] variants_ms=\[[\d.]+\] config=0$", lines[0])  # one variant timed
+    assert "VARIANT" in out and "left out" in out  # the one the reference refuses
     assert "error=crashed" in lines[1] and "error=ValueError" in lines[2]
+    assert lines[4].startswith("RESULT correct=0")  # right on the public shapes, wrong on the variant
     out = sweep(0)  # no time: the first is always tried, then nothing new starts
     assert "config=0" in out and "config=1" not in out.split("STOPPED")[0] and "STOPPED before config=1" in out
     (tmp_path / "kernel.py").write_text(FAKE_TEMPLATE)
