@@ -1,0 +1,42 @@
+# scripted-configs: [{"num_warps": 4, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 1}, {"num_warps": 16, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 2}, {"num_warps": 2, "rows_per_program": 1}, {"num_warps": 4, "rows_per_program": 4}, {"num_warps": 16, "rows_per_program": 2}]
+"""LayerNorm in Triton: one program normalises a [rows_per_program, N] tile, each row whole in
+registers (read once, written once); mean, then the variance around it (two passes over
+registers, not E[x^2] - E[x]^2), in float32. A program gets at least one warp per 1024 elements
+of its tile, so rows wider than the ones it was tuned on do not spill the four row-long arrays."""
+import torch
+import triton
+import triton.language as tl
+
+CONFIG = {'num_warps': 4, 'rows_per_program': 1}
+SHAPE_CONFIGS = {'M=16384,N=4096': {'num_warps': 8, 'rows_per_program': 1}}  # "M=..,N=..": a configuration measured faster on that shape
+EPS = 1e-5
+
+
+@triton.jit
+def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    in_row = cols < N
+    mask = (rows[:, None] < M) & in_row[None, :]
+    offs = rows[:, None].to(tl.int64) * stride + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
+    w = tl.load(w_ptr + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    y = xc * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
+    M, N = x.shape
+    cfg = SHAPE_CONFIGS.get(f"M={M},N={N}", CONFIG)
+    y = torch.empty_like(x)
+    block = triton.next_power_of_2(N)
+    rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
+    warps = min(32, max(cfg["num_warps"], rows * block // 1024))
+    _layernorm_rows[(triton.cdiv(M, rows),)](x, weight, bias, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
+                                             num_warps=warps)
+    return y
