@@ -122,7 +122,10 @@ def rows_of(records) -> tuple[list[dict], dict]:
                          "ms": ms, "best_library": best, "library_ms": lib, "ratio": ratio,
                          "sol_fraction": s.get("sol_fraction"), "floor_ms": s.get("floor_ms"),
                          "error": s.get("error"), "dispatched": (s.get("shape_id") or "").rsplit(",dtype=", 1)[0]
-                         in (chosen.get("SHAPE_CONFIGS") or {})})
+                         in (chosen.get("SHAPE_CONFIGS") or {}),
+                         # the evidence behind "ms", kept so that a surprising time can be looked into
+                         "timing": {"events": s.get("time_ms"), "device_median_ms": s.get("trace_ms"),
+                                    "wall_ms": s.get("wall_ms"), "flags": s.get("flags") or []}})
         kind = "contraction" if rec.operator in CONTRACTIONS else "memory-bound"
         geo = math.exp(sum(math.log(r) for r in speedups) / len(speedups)) if speedups else None
         worst = min(speedups) if speedups else None

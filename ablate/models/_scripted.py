@@ -7,7 +7,9 @@ configurations with the tools the harness gives it:
   (``check.py``) and runs a sweep of the template's configurations in one command, each judged
   on every public shape against reference.py and timed, within a share of the trial's time
   budget (SWEEP_SHARE, at most SWEEP_MAX_S); the seed orders the configurations after the
-  recommended ones and the template's default;
+  recommended ones and the template's default; on a GPU it also checks and times them on variant
+  shapes (``variants``: each public shape's innermost dimension halved) and leaves aside a
+  configuration more than VARIANT_LOSS slower than the best on one of them (``robust``);
 - dispatch: where the sweep measured another configuration faster on some public shape beyond
   the noise margin and slower on none, the kernel dispatches that shape to it (SHAPE_CONFIGS);
   every other shape, hidden ones included, gets the best configuration over all public shapes;
