@@ -133,6 +133,19 @@ def test_a_device_record_a_little_longer_than_the_events_is_the_time():
     assert fails == {} and honest["time_ms"]["median"] == 0.100 and "flags" not in honest
 
 
+def test_events_far_longer_than_the_device_ran_are_flagged_and_the_time_stands():
+    """A 40 us layernorm shape on the H200: 0.0390 ms by events against a device record of 0.0374
+    (4%: a launch's usual share, not flagged); the same kernel measured 0.0726 ms in another run.
+    A time that long is the host's, not the kernel's: the row says so, and the time is not
+    shortened (the record is the candidate's own process's, so trusting it lower would hand the
+    time to whatever the candidate can write there)."""
+    usual, fails, _ = judged(0.0390, {"median": 0.0374, "p10": 0.037, "p90": 0.038, "n": 40})
+    assert fails == {} and "events_longer_than_trace" not in usual.get("flags", []) and usual["time_ms"]["median"] == 0.0390
+    slow, fails, _ = judged(0.0726, {"median": 0.0374, "p10": 0.037, "p90": 0.038, "n": 40})
+    assert fails == {} and "events_longer_than_trace" in slow["flags"] and slow["time_ms"]["median"] == 0.0726
+    assert "94% above" in slow["trace_note"] and slow["speedup_vs_best"] == pytest.approx(0.2 / 0.0726)
+
+
 @pytest.mark.parametrize("trace", [None, "the trace holds 3 driver ranges for 40 timed calls",
                                    "the trace could not be read back: RuntimeError", {"median": float("nan")}])
 def test_a_missing_or_broken_trace_on_a_gpu_is_rejected(trace):
