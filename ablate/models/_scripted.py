@@ -12,7 +12,7 @@ configurations with the tools the harness gives it:
   configuration more than VARIANT_LOSS slower than the best on one of them (``robust``);
 - dispatch: where the sweep measured another configuration faster on some public shape beyond
   the noise margin and slower on none, the kernel dispatches that shape to it (SHAPE_CONFIGS);
-  every other shape, hidden ones included, gets the best configuration over all public shapes;
+  every other shape, hidden ones included, gets the best robust configuration over all public shapes;
 - knowledge: looks the operator up in the wiki; configurations its tables recommend are swept
   first (``configs_from_knowledge``, ``choose_configs``);
 - workflow: writes each phase's draft and plan, takes the sweep's best configurations through
