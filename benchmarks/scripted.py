@@ -125,7 +125,8 @@ def rows_of(records) -> tuple[list[dict], dict]:
                          in (chosen.get("SHAPE_CONFIGS") or {}),
                          # the evidence behind "ms", kept so that a surprising time can be looked into
                          "timing": {"events": s.get("time_ms"), "device_median_ms": s.get("trace_ms"),
-                                    "wall_ms": s.get("wall_ms"), "flags": s.get("flags") or []}})
+                                    "wall_ms": s.get("wall_ms"), "launch_ms": s.get("launch_ms"),
+                                    "spin_ms": s.get("spin_ms"), "flags": s.get("flags") or []}})
         kind = "contraction" if rec.operator in CONTRACTIONS else "memory-bound"
         geo = math.exp(sum(math.log(r) for r in speedups) / len(speedups)) if speedups else None
         worst = min(speedups) if speedups else None

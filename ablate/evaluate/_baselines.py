@@ -76,7 +76,7 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
         return {"ms": ms, "skipped": skipped}
     keys = {name: "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
                             ev.op_hash, shape_id(shape), name, ev.mode, str((ev.ceilings or {}).get("id", "")),
-                            "v3"]) for name, _ in todo}  # timed beside these ceilings: measured again with them
+                            "v4"]) for name, _ in todo}  # timed beside these ceilings: measured again with them
     cached = {name: _cache.get("baselines", keys[name]) for name, _ in todo} if ev.device == "cuda" else {}
     sources = None
     for name, b in todo:

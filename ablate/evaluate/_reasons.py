@@ -3,7 +3,7 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
-VERSION = "7"  # 7: an end while timed is a crash; a device record longer than the events is the time
+VERSION = "8"  # 8: a spin before each start event keeps the host's launch out of the events
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

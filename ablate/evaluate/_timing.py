@@ -10,6 +10,13 @@ from the OS's random source, whether to keep it: a kept call's outputs are hande
 (which, in the candidate, seals them and sends them to the judge) before the kernel runs again, so
 the kernel cannot know which calls are checked, nor fix a call's outputs once it has returned.
 
+Between the flush and the start event a spin kernel holds the device for about twice the host's
+time to launch one call (measured in the warm-up; at most SPIN_MAX_MS), so the launch is queued
+before the device reaches the start event: the events bracket the call's device work, not the
+host's launch path, whatever else loads the host (as nvbench's blocking kernel does). Work that
+depends on the inputs cannot hide in the spin: the inputs are the device's, and waiting for them
+waits past the start event. The host's cost stays in the row as wall_ms, timed with a full sync.
+
 Persisting L2 (a reserved set-aside or an access-policy window) is checked after every call and
 reset when found. Warm-up calls are excluded; the number of calls adapts so the timed calls add
 up to about `budget_ms`. A few more calls measure the wall clock and the lag between the timed
@@ -48,9 +55,14 @@ _getitem = _TB.__getitem__
 _Event = torch._C._CudaEventBase
 _record, _elapsed, _esync = (getattr(_Event, n, None) for n in ("record", "elapsed_time", "synchronize"))
 _sync = getattr(torch._C, "_cuda_synchronize", None)
+_spin = getattr(torch._C, "_cuda_sleep", None)  # a kernel that spins for a number of clock cycles
 KEEP_PER_SHAPE = 4  # calls kept for checking, on average
 MIN_KEPT = 2
 TRACED_CALLS = 40
+# the spin before each start event: SPIN_FACTOR times the host's median launch time in the warm-up,
+# within these bounds (ms); the warm-up's own calls spin SPIN_WARM_CYCLES
+SPIN_FACTOR, SPIN_MIN_MS, SPIN_MAX_MS = 2.0, 0.02, 1.0
+SPIN_WARM_CYCLES = 100_000
 
 
 def _rand_below(n: int) -> int:
@@ -192,8 +204,10 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
         flush = flush_buffer()
     call = capture(fn, live) if graph else (lambda: fn(*live))
     used_l2 = False
+    traced, sizing = False, True
 
-    traced = False
+    spin = [SPIN_WARM_CYCLES if _spin is not None and SPIN_MAX_MS > 0 else 0]  # cycles, set after the warm-up
+    launches: list[float] = []  # the warm-up's host launch times (ms): what the spin must cover
 
     def one(j, start, end):
         nonlocal used_l2
@@ -201,11 +215,16 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
         refresh(live, sources[j])
         moves = perturb(live)
         _zero(flush)
+        if spin[0]:
+            _spin(spin[0])
         if mark is not None:
             trace.exit(mark)
         _record(start, stream)
+        t = _perf()
         out = call()
         _record(end, stream)
+        if sizing:
+            launches.append((_perf() - t) * 1e3)
         if l2 is not None and l2.used():  # cheap queries; the reset (maybe a sync) only when needed
             used_l2 = True
             l2.reset()
@@ -222,9 +241,13 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
         _sync()
         warm.append(_elapsed(s, e))
     est = sorted(warm)[len(warm) // 2]
+    launch_ms = sorted(launches)[len(launches) // 2]
+    spin_ms = _size_spin(spin, launch_ms, stream)
+    sizing = False
     flush_ms = 256 / 3000  # ~256 MB at ~3 TB/s, for the wall-time cap only
     n = math.ceil(budget_ms / max(est, 1e-3))
-    n = min(max_calls, max(min_calls, k, n), max(min_calls, k, int(max_wall_s * 1e3 / (est + flush_ms + 0.02))))
+    n = min(max_calls, max(min_calls, k, n),
+            max(min_calls, k, int(max_wall_s * 1e3 / (est + flush_ms + spin_ms + 0.02))))
     starts = [_Event(enable_timing=True) for _ in range(n)]
     ends = [_Event(enable_timing=True) for _ in range(n)]
 
@@ -299,4 +322,22 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
     result["wall_ms"] = sorted(walls)[len(walls) // 2]
     result["lag_ms"] = sorted(lags)[len(lags) // 2]
     result["l2_persistence"] = used_l2
+    result["launch_ms"], result["spin_ms"] = launch_ms, spin_ms
     return result
+
+
+def _size_spin(spin: list, launch_ms: float, stream) -> float:
+    """Set spin[0] (cycles) to SPIN_FACTOR x launch_ms within the bounds, from the device's own rate
+    of the spin kernel, timed once here (after the warm-up, so at the clock the calls run at).
+    Returns the spin in ms (0: no spin kernel in this torch)."""
+    if not spin[0]:
+        return 0.0
+    s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+    _record(s, stream)
+    _spin(SPIN_WARM_CYCLES)
+    _record(e, stream)
+    _esync(e)
+    per_ms = SPIN_WARM_CYCLES / max(_elapsed(s, e), 1e-3)
+    spin_ms = min(SPIN_MAX_MS, max(SPIN_MIN_MS, SPIN_FACTOR * launch_ms))
+    spin[0] = max(1, int(spin_ms * per_ms))
+    return spin_ms

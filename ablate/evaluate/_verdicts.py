@@ -100,6 +100,9 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
         return
     row["time_ms"] = {**t, "n": n}
     row["wall_ms"] = wall
+    for k in ("launch_ms", "spin_ms"):  # the host's launch time and the spin that covered it (_timing): evidence only
+        if isinstance(timing.get(k), (int, float)) and math.isfinite(timing[k]):
+            row[k] = float(timing[k])
     med = t["median"] if device != "cuda" else _against_trace(row, timing, t["median"], fails, ran, op)
     if row["baselines_ms"]:
         best = min(row["baselines_ms"], key=row["baselines_ms"].get)

@@ -9,6 +9,7 @@ import triton.language as tl
 
 CONFIG = {"num_warps": 4, "rows_per_program": 1}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
+WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 EPS = 1e-5
 
 
@@ -36,7 +37,7 @@ def kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
     y = torch.empty_like(x)
     block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
-    warps = min(32, max(cfg["num_warps"], rows * block // 1024))
+    warps = min(32, max(cfg["num_warps"], rows * block // WARP_COLS))
     _layernorm_rows[(triton.cdiv(M, rows),)](x, weight, bias, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
                                              num_warps=warps)
     return y

@@ -1,17 +1,27 @@
-# scripted-configs: [{"block": 4096, "num_warps": 8, "max_width": 32768}, {"block": 4096, "num_warps": 4, "max_width": 32768}, {"block": 8192, "num_warps": 16, "max_width": 32768}, {"block": 16384, "num_warps": 16, "max_width": 32768}, {"block": 2048, "num_warps": 8, "max_width": 32768}, {"block": 8192, "num_warps": 16, "max_width": 8192}, {"block": 16384, "num_warps": 32, "max_width": 16384}, {"block": 2048, "num_warps": 8, "max_width": 2048}, {"block": 1024, "num_warps": 4, "max_width": 1024}]
+# scripted-configs: [{"block": 4096, "num_warps": 8, "max_width": 16384}, {"block": 4096, "num_warps": 4, "max_width": 16384}, {"block": 8192, "num_warps": 16, "max_width": 16384}, {"block": 16384, "num_warps": 16, "max_width": 16384}, {"block": 2048, "num_warps": 8, "max_width": 16384}, {"block": 8192, "num_warps": 16, "max_width": 8192}, {"block": 16384, "num_warps": 32, "max_width": 16384}, {"block": 2048, "num_warps": 8, "max_width": 2048}, {"block": 1024, "num_warps": 4, "max_width": 1024}]
 """Row softmax in Triton, one program per row, in float32 with exp2.
-- A row of up to `max_width` (at most 32768) columns stays whole in registers: read once, written
-  once (at least one warp per 1024 columns, so no row spills whatever the configuration).
-- A wider row (a vocabulary) is streamed in blocks of `block` columns: a first pass keeps the
-  running row maximum and the sum rescaled to it (online softmax: one exponential per element),
-  a second pass writes exp(x - max) / sum."""
+- A row of up to `max_width` (at most ONE_BLOCK_MAX) columns stays whole in registers: read
+  once, written once (at least one warp per WARP_COLS columns, so no row spills).
+- A wider row (a vocabulary) is streamed in blocks: a first pass keeps the running row maximum
+  and the sum rescaled to it (online softmax: one exponential per element), a second pass reads
+  the row again (from L2, where the first pass's loads were marked to stay) and writes
+  exp(x - max) / sum. A row is streamed in four blocks or more, of at least `block` and at most
+  STREAM_BLOCK_MAX columns, one warp per WARP_COLS of them.
+Why these bounds (benchmarks/results/h200-softmax/row_templates.md, widths that are no eval
+shape's): a whole row of 32768 columns needs 32 warps, one program an SM, whose loads and stores
+then take turns; at 24576 columns it took 0.294 ms in registers against 0.204 ms streamed in
+blocks of 8192. At 65536 columns blocks of 16384 took 0.296 ms, blocks of 4096 0.409. Holding
+fewer rows in flight so that the second pass surely hits L2 (a persistent grid) was slower at
+every width tried."""
 import torch
 import triton
 import triton.language as tl
 
-CONFIG = {"block": 4096, "num_warps": 8, "max_width": 32768}
+CONFIG = {"block": 4096, "num_warps": 8, "max_width": 16384}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
-ONE_BLOCK_MAX = 32768
+WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
+ONE_BLOCK_MAX = 16384
+STREAM_BLOCK_MAX = 16384
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
@@ -36,7 +46,8 @@ def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
     s = 0.0
     for start in range(0, N, BLOCK):
         mask = start + cols < N
-        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf")).to(tl.float32) * LOG2E
+        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_last")
+        x = x.to(tl.float32) * LOG2E
         m_new = tl.maximum(m, tl.max(x, axis=0))  # finite: every block holds one column at least
         s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), axis=0)
         m = m_new
@@ -45,7 +56,7 @@ def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
         mask = start + cols < N
         x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_first")
         y = tl.exp2(x.to(tl.float32) * LOG2E - m) * inv
-        tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
 
 
 def kernel(x: torch.Tensor) -> torch.Tensor:
@@ -55,9 +66,10 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x)
     width = triton.next_power_of_2(N)
     if width <= min(cfg["max_width"], ONE_BLOCK_MAX):
-        warps = min(32, max(cfg["num_warps"], width // 1024))
+        warps = min(32, max(cfg["num_warps"], width // WARP_COLS))
         _softmax_row[(M,)](x, y, N, x.stride(0), BLOCK=width, num_warps=warps)
     else:
-        warps = min(32, max(cfg["num_warps"], cfg["block"] // 1024))
-        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=cfg["block"], num_warps=warps)
+        block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
+        warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
+        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, num_warps=warps)
     return y

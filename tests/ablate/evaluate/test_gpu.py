@@ -27,6 +27,17 @@ def test_honest_triton_is_accepted_with_gpu_timing(judged):
     assert s["wall_ms"] >= 0.5 * s["time_ms"]["p10"]  # the synced wall clock cannot beat the events
 
 
+def test_a_slow_host_launch_is_not_the_kernels_time(judged):
+    """Half a millisecond of host work before each launch: the events still agree with the
+    device's own record (the spin covered the launch), and the wall clock keeps the host's cost."""
+    r = judged("slow_launch", **PUBLIC)
+    assert r["verdict"] == "accepted", r["details"]
+    s = r["shapes"][0]
+    assert "events_longer_than_trace" not in s.get("flags", []), s.get("trace_note")
+    assert s["time_ms"]["median"] <= s["trace_ms"] * 1.1 + 0.005, (s["time_ms"], s["trace_ms"])
+    assert s["wall_ms"] >= 0.5
+
+
 def test_honest_cuda_kernel_through_cupy_is_accepted(judged):
     if importlib.util.find_spec("cupy") is None:
         pytest.skip("cupy is not installed")
@@ -50,6 +61,7 @@ def test_hidden_shapes_are_judged(judged):
 
 @pytest.mark.parametrize("name,reasons,scan", [
     ("side_stream", {"stream_mismatch"}, True),
+    ("side_stream_early", {"timing_disagrees", "incorrect", "stale_output", "stream_mismatch"}, True),
     ("l2_persist", {"forbidden_code"}, True),  # ctypes: refused, so it cannot reserve L2 at all
     ("l2_persist_cupy", {"l2_persistence"}, False),  # native calls below the guard: the L2 guard sees it
     ("graph_replay", {"incorrect", "stale_output"}, True),
@@ -74,7 +86,7 @@ def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
         pytest.skip("cupy is not installed")
     r = judged(name, draws=1, scan=scan, **PUBLIC)
     assert r["verdict"] == "rejected"
-    if len(reasons) > 1 and name in ("graph_replay", "output_cache"):
+    if len(reasons) > 1 and name in ("graph_replay", "output_cache", "side_stream_early"):
         assert reasons & set(r["reasons"]), r["details"]
     else:
         assert reasons <= set(r["reasons"]), r["details"]

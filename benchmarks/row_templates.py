@@ -1,0 +1,92 @@
+"""Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
+on row widths that are not any operator's eval shapes: how the per-warp column count and, for
+softmax's streamed rows, the persistent L2-bounded grid and the block size change the time.
+Each variant is checked against the operator's reference, then timed with triton's do_bench (L2
+flushed before each call, median).
+
+    python -m benchmarks.row_templates --out DIR [--ms 100]
+
+Writes DIR/row_templates.md and DIR/row_templates.json. Needs a CUDA GPU."""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
+# (operator, shape, label, CONFIG, module attributes to set); no shape here is an eval shape
+CASES = []
+for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 65536, "N": 2048}):
+    for op in ("rmsnorm", "layernorm"):
+        for cols in (1024, 512, 256):
+            CASES.append((op, shape, f"num_warps 4, WARP_COLS {cols}", {"num_warps": 4, "rows_per_program": 1},
+                          {"WARP_COLS": cols}))
+for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}):
+    for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32)):
+        cfg = {"block": block, "num_warps": warps, "max_width": 16384}
+        CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row", cfg,
+                      {"_programs": lambda x, M, N: M}))
+        CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, persistent", cfg, {}))
+    if shape["N"] <= 32768:
+        for cols in (1024, 512):
+            CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",
+                          {"block": 4096, "num_warps": 4, "max_width": 32768}, {"WARP_COLS": cols}))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--ms", type=float, default=100.0, help="do_bench's repetition time per variant, ms")
+    args = ap.parse_args()
+    import torch
+    import triton
+    from triton.testing import do_bench
+
+    import operators
+    from operators._operator import load_module
+
+    if not torch.cuda.is_available():
+        print("error: this benchmark needs a CUDA GPU; run it on one", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+    rows = []
+    for i, (name, shape, label, cfg, attrs) in enumerate(CASES):
+        op = operators.get(name)
+        shape = {**shape, "dtype": "bfloat16"}
+        mod = load_module(TEMPLATES / f"{name}.py", f"row_templates_{name}_{i}")
+        mod.CONFIG = cfg
+        for k, v in attrs.items():
+            setattr(mod, k, v)
+        inputs = op.make_inputs(shape, 0, "cuda", "normal")
+        ok = op.verify(mod.kernel(*inputs), inputs)
+        ms = do_bench(lambda: mod.kernel(*inputs), rep=args.ms, return_mode="median")
+        gbps = op.bytes(shape) / ms / 1e6
+        rows.append({"operator": name, "shape": shape, "variant": label, "config": cfg, "correct": bool(ok.ok),
+                     "ms": ms, "gbps": gbps})
+        print(f"{name} {shape['M']}x{shape['N']} {label}: {'ok' if ok.ok else 'WRONG ' + ok.message} "
+              f"{ms:.4f} ms {gbps:.0f} GB/s", flush=True)
+        del inputs
+        torch.cuda.empty_cache()
+    meta = {"gpu": props.name, "l2_bytes": props.L2_cache_size, "sms": props.multi_processor_count,
+            "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+            "command": "python -m benchmarks.row_templates " + " ".join(sys.argv[1:])}
+    (args.out / "row_templates.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    lines = [f"# Row-wise template variants on {meta['gpu']}", "",
+             f"torch {meta['torch']}, triton {meta['triton']}; L2 {meta['l2_bytes'] >> 20} MiB, {meta['sms']} SMs.",
+             f"Command: `{meta['command']}`. Times: do_bench medians, L2 flushed; GB/s: the operator's fewest bytes over the time.",
+             "", "| operator | shape | variant | correct | ms | GB/s |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['operator']} | M={r['shape']['M']},N={r['shape']['N']} | {r['variant']} | "
+                     f"{'yes' if r['correct'] else 'no'} | {r['ms']:.4f} | {r['gbps']:.0f} |")
+    (args.out / "row_templates.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
