@@ -7,7 +7,7 @@
   the row again (from L2, where the first pass's loads were marked to stay) and writes
   exp(x - max) / sum. A row is streamed in four blocks or more, of at least `block` and at most
   STREAM_BLOCK_MAX columns, one warp per WARP_COLS of them.
-Why these bounds (benchmarks/results/h200-softmax/row_templates.md, widths that are no eval
+Why these bounds (benchmarks/results/h200-spin/row-templates/, widths that are no eval
 shape's): a whole row of 32768 columns needs 32 warps, one program an SM, whose loads and stores
 then take turns; at 24576 columns it took 0.294 ms in registers against 0.204 ms streamed in
 blocks of 8192. At 65536 columns blocks of 16384 took 0.296 ms, blocks of 4096 0.409. Holding
