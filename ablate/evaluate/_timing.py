@@ -322,7 +322,7 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
     result["wall_ms"] = sorted(walls)[len(walls) // 2]
     result["lag_ms"] = sorted(lags)[len(lags) // 2]
     result["l2_persistence"] = used_l2
-    result["launch_ms"], result["spin_ms"] = launch_ms, spin_ms
+    result["launch_ms"], result["spin_ms"], result["spin_cycles"] = launch_ms, spin_ms, spin[0]
     return result
 
 
@@ -333,6 +333,7 @@ def _size_spin(spin: list, launch_ms: float, stream) -> float:
     if not spin[0]:
         return 0.0
     s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+    _spin(SPIN_WARM_CYCLES)  # busy while the timed one is launched, so its launch is not timed
     _record(s, stream)
     _spin(SPIN_WARM_CYCLES)
     _record(e, stream)

@@ -16,8 +16,9 @@
   margin is the row's time instead (trace_longer_than_events); past TRACE_LIMIT it means the
   event times were rewritten (timing_disagrees); so does a trace the submission broke. Events
   longer than the device's record past EVENTS_GAP are flagged (events_longer_than_trace), not
-  changed: the device idled inside the timed calls (a host launch gap), which can only count
-  against the kernel, yet makes its time a measure of the host. The ATen
+  changed: the device idled inside the timed calls (a host launch longer than the spin before
+  the start event covers, see _timing, or gaps between the kernel's own launches), which can only
+  count against the kernel, yet makes its time a measure of the host. The ATen
   operators the traced calls dispatched are in the trace too: one of the operator's library_ops
   there is a library_passthrough (a kernel calling the library only in calls that are timed, not
   in those checked one by one). A GPU where no
@@ -39,8 +40,9 @@ STREAM_LAG_MS, STREAM_LAG_FRACTION = 0.05, 0.25
 # events resolve about half a microsecond; CUPTI's timestamps, nanoseconds
 TRACE_SLACK_MS = 0.002
 TRACE_LIMIT = 0.10  # a device record longer than the events by more than this: the events were rewritten
-# events this much longer than the device's record: the device idled between them (seen on an H200:
-# a 40 us layernorm shape at 0.0726 ms in one run and 0.0390 ms, against a record of 0.0374, in the next)
+# events this much longer than the device's record: the device idled between them (seen on an H200
+# before the spin: a 40 us layernorm shape at 0.0726 ms in one run and 0.0390 ms, against a record of
+# 0.0374, in the next; with it, 0.0382 against 0.0370)
 EVENTS_GAP = 0.25
 
 

@@ -173,3 +173,10 @@ def test_on_a_gpu_the_spin_keeps_a_slow_host_launch_out_of_the_events(monkeypatc
     assert bare["median"] > 0.2, bare  # the host's launch, counted
     assert spun["median"] < 0.25 * bare["median"], (spun, bare)
     assert spun["wall_ms"] > 0.4  # the synced wall clock keeps the host's cost
+    # the spin lasts what it was sized to, by the host's clock over 50 spins back to back
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(50):
+        _timing._spin(spun["spin_cycles"])
+    torch.cuda.synchronize()
+    assert 0.7 * spun["spin_ms"] < (time.perf_counter() - t) * 1e3 / 50 < 1.5 * spun["spin_ms"], spun
