@@ -204,27 +204,28 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
         flush = flush_buffer()
     call = capture(fn, live) if graph else (lambda: fn(*live))
     used_l2 = False
-    traced, sizing = False, True
+    traced = False
+    spin_cycles = SPIN_WARM_CYCLES if _spin is not None and SPIN_MAX_MS > 0 else 0  # sized after the warm-up
 
-    spin = [SPIN_WARM_CYCLES if _spin is not None and SPIN_MAX_MS > 0 else 0]  # cycles, set after the warm-up
-    launches: list[float] = []  # the warm-up's host launch times (ms): what the spin must cover
-
-    def one(j, start, end):
+    def one(j, start, end, launches=None):
+        """One call between its events; launches: where the host's launch time (ms) goes, if anywhere."""
         nonlocal used_l2
         mark = trace.enter() if traced else None
         refresh(live, sources[j])
         moves = perturb(live)
         _zero(flush)
-        if spin[0]:
-            _spin(spin[0])
+        if spin_cycles:
+            _spin(spin_cycles)
         if mark is not None:
             trace.exit(mark)
         _record(start, stream)
-        t = _perf()
-        out = call()
-        _record(end, stream)
-        if sizing:
+        if launches is None:
+            out = call()
+        else:
+            t = _perf()
+            out = call()
             launches.append((_perf() - t) * 1e3)
+        _record(end, stream)
         if l2 is not None and l2.used():  # cheap queries; the reset (maybe a sync) only when needed
             used_l2 = True
             l2.reset()
@@ -234,16 +235,15 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
         l2.reset()
 
     # warm-up: at least 3 calls and 25 ms; its event times estimate the per-call cost
-    warm, t0 = [], _perf()
+    warm, launches, t0 = [], [], _perf()
     while len(warm) < 3 or (_perf() - t0) < 0.025 and len(warm) < 100:
         s, e = _Event(enable_timing=True), _Event(enable_timing=True)
-        one(len(warm) % k, s, e)
+        one(len(warm) % k, s, e, launches)
         _sync()
         warm.append(_elapsed(s, e))
     est = sorted(warm)[len(warm) // 2]
     launch_ms = sorted(launches)[len(launches) // 2]
-    spin_ms = _size_spin(spin, launch_ms, stream)
-    sizing = False
+    spin_cycles, spin_ms = _size_spin(launch_ms, stream) if spin_cycles else (0, 0.0)
     flush_ms = 256 / 3000  # ~256 MB at ~3 TB/s, for the wall-time cap only
     n = math.ceil(budget_ms / max(est, 1e-3))
     n = min(max_calls, max(min_calls, k, n),
@@ -322,16 +322,14 @@ def _gpu(fn, live, sources, budget_ms, graph, l2, keep, stream, flush, trace,
     result["wall_ms"] = sorted(walls)[len(walls) // 2]
     result["lag_ms"] = sorted(lags)[len(lags) // 2]
     result["l2_persistence"] = used_l2
-    result["launch_ms"], result["spin_ms"], result["spin_cycles"] = launch_ms, spin_ms, spin[0]
+    result["launch_ms"], result["spin_ms"], result["spin_cycles"] = launch_ms, spin_ms, spin_cycles
     return result
 
 
-def _size_spin(spin: list, launch_ms: float, stream) -> float:
-    """Set spin[0] (cycles) to SPIN_FACTOR x launch_ms within the bounds, from the device's own rate
-    of the spin kernel, timed once here (after the warm-up, so at the clock the calls run at).
-    Returns the spin in ms (0: no spin kernel in this torch)."""
-    if not spin[0]:
-        return 0.0
+def _size_spin(launch_ms: float, stream) -> tuple[int, float]:
+    """The spin for calls launched in launch_ms: SPIN_FACTOR x that within the bounds, as (cycles,
+    ms), the cycles from the device's own rate of the spin kernel, timed here (after the warm-up,
+    so at the clock the calls run at)."""
     s, e = _Event(enable_timing=True), _Event(enable_timing=True)
     _spin(SPIN_WARM_CYCLES)  # busy while the timed one is launched, so its launch is not timed
     _record(s, stream)
@@ -340,5 +338,4 @@ def _size_spin(spin: list, launch_ms: float, stream) -> float:
     _esync(e)
     per_ms = SPIN_WARM_CYCLES / max(_elapsed(s, e), 1e-3)
     spin_ms = min(SPIN_MAX_MS, max(SPIN_MIN_MS, SPIN_FACTOR * launch_ms))
-    spin[0] = max(1, int(spin_ms * per_ms))
-    return spin_ms
+    return max(1, int(spin_ms * per_ms)), spin_ms
