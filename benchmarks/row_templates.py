@@ -1,11 +1,11 @@
 """Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
-on row widths that are not any operator's eval shapes: how the per-warp column count and, for
-softmax's wide rows, streaming them in blocks of several sizes or holding them whole in registers
-change the time.
+on row widths that are not any operator's eval shapes: how holding a norm's row in power-of-two
+pieces rather than one padded block and, for softmax's wide rows, streaming them in blocks of
+several sizes or holding them whole in registers change the time.
 Each variant is checked against the operator's reference, then timed with triton's do_bench (L2
 flushed before each call, median).
 
-    python -m benchmarks.row_templates --out DIR [--ms 100]
+    python -m benchmarks.row_templates --out DIR [--ms 100] [--operators rmsnorm layernorm softmax]
 
 Writes DIR/row_templates.md and DIR/row_templates.json. Needs a CUDA GPU."""
 from __future__ import annotations
@@ -22,11 +22,11 @@ sys.path.insert(0, str(ROOT))
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 # (operator, shape, label, CONFIG, module attributes to set); no shape here is an eval shape
 CASES = []
-for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 65536, "N": 2048}):
+for shape in ({"M": 8192, "N": 6144}, {"M": 16384, "N": 3072}, {"M": 4096, "N": 11264}):
     for op in ("rmsnorm", "layernorm"):
-        for cols in (1024, 512, 256):
-            CASES.append((op, shape, f"num_warps 4, WARP_COLS {cols}", {"num_warps": 4, "rows_per_program": 1},
-                          {"WARP_COLS": cols}))
+        for pieces in (1, 2, 3):
+            CASES.append((op, shape, f"num_warps 4, PIECES {pieces}", {"num_warps": 4, "rows_per_program": 1},
+                          {"PIECES": pieces}))
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}):
     for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32)):
         CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",
@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--ms", type=float, default=100.0, help="do_bench's repetition time per variant, ms")
+    ap.add_argument("--operators", nargs="+", default=["rmsnorm", "layernorm", "softmax"],
+                    choices=["rmsnorm", "layernorm", "softmax"], help="measure only these templates' variants")
     args = ap.parse_args(argv)
     import torch
     import triton
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     props = torch.cuda.get_device_properties(0)
     rows = []
     for i, (name, shape, label, cfg, attrs) in enumerate(CASES):
+        if name not in args.operators:
+            continue
         op = operators.get(name)
         shape = {**shape, "dtype": "bfloat16"}
         mod = load_module(TEMPLATES / f"{name}.py", f"row_templates_{name}_{i}")
