@@ -1,7 +1,8 @@
 """Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
-on row widths that are not any operator's eval shapes: how holding a norm's row in power-of-two
-pieces rather than one padded block and, for softmax's wide rows, streaming them in blocks of
-several sizes or holding them whole in registers change the time.
+on row widths that are not any operator's eval shapes: how the per-warp column count and, for
+softmax's wide rows, streaming them in blocks of several sizes or holding them whole in registers
+change the time. (A norm's row held in power-of-two pieces rather than one padded block was
+measured slower at commit 237a8b7 and removed: benchmarks/results/h200-all-ten.)
 Each variant is checked against the operator's reference, then timed with triton's do_bench (L2
 flushed before each call, median).
 
@@ -22,11 +23,11 @@ sys.path.insert(0, str(ROOT))
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 # (operator, shape, label, CONFIG, module attributes to set); no shape here is an eval shape
 CASES = []
-for shape in ({"M": 8192, "N": 6144}, {"M": 16384, "N": 3072}, {"M": 4096, "N": 11264}):
+for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 65536, "N": 2048}):
     for op in ("rmsnorm", "layernorm"):
-        for pieces in (1, 2, 3):
-            CASES.append((op, shape, f"num_warps 4, PIECES {pieces}", {"num_warps": 4, "rows_per_program": 1},
-                          {"PIECES": pieces}))
+        for cols in (1024, 512, 256):
+            CASES.append((op, shape, f"num_warps 4, WARP_COLS {cols}", {"num_warps": 4, "rows_per_program": 1},
+                          {"WARP_COLS": cols}))
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}):
     for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32)):
         CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",

@@ -29,3 +29,9 @@ def test_without_a_gpu_it_refuses(tmp_path, capsys):
         pytest.skip("a GPU is here")
     assert bench.main(["--out", str(tmp_path)]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_it_names_the_templates_it_can_measure(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path), "--operators", "gemm"])
+    assert "invalid choice: 'gemm'" in capsys.readouterr().err

@@ -1,10 +1,8 @@
 # scripted-configs: [{"num_warps": 4, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 1}, {"num_warps": 16, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 2}, {"num_warps": 2, "rows_per_program": 1}, {"num_warps": 4, "rows_per_program": 4}, {"num_warps": 16, "rows_per_program": 2}]
 """LayerNorm in Triton: one program normalises a [rows_per_program, N] tile, each row whole in
 registers (read once, written once); mean, then the variance around it (two passes over
-registers, not E[x^2] - E[x]^2), in float32. A row whose width is not a power of two is held in
-up to PIECES power-of-two pieces (5120 = 4096 + 1024) rather than one block padded to the next
-power of two, so masked lanes do not take registers. A program gets at least one warp per 1024
-elements of its tile, so rows wider than the ones it was tuned on do not spill the row-long arrays."""
+registers, not E[x^2] - E[x]^2), in float32. A program gets at least one warp per 1024 elements
+of its tile, so rows wider than the ones it was tuned on do not spill the four row-long arrays."""
 import torch
 import triton
 import triton.language as tl
@@ -12,66 +10,24 @@ import triton.language as tl
 CONFIG = {"num_warps": 4, "rows_per_program": 1}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
-PIECES = 3  # at most this many power-of-two pieces a row; 1: one block, padded
-MIN_PIECE = 256  # a remainder narrower than this is not split further: one padded piece
 EPS = 1e-5
 
 
-def row_pieces(n: int) -> tuple[int, int, int]:
-    """Power-of-two widths covering n columns: whole pieces, largest first, then the rest padded."""
-    pieces, left = [], n
-    while len(pieces) < PIECES - 1 and left >= MIN_PIECE and left & (left - 1):
-        pieces.append(1 << (left.bit_length() - 1))
-        left -= pieces[-1]
-    pieces.append(triton.next_power_of_2(left))
-    return tuple(pieces + [0] * (3 - len(pieces)))
-
-
 @triton.jit
-def _piece(x_ptr, offs, rows_ok, start, N, B: tl.constexpr):
-    cols = start + tl.arange(0, B)
-    mask = rows_ok[:, None] & (cols < N)[None, :]
-    x = tl.load(x_ptr + offs + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
-    return x.to(tl.float32), cols, mask
-
-
-@triton.jit
-def _store(y_ptr, w_ptr, b_ptr, offs, xc, rstd, cols, mask, N):
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    y = xc * rstd[:, None] * w[None, :] + b[None, :]
-    tl.store(y_ptr + offs + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr,
-                    B0: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr):
+def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    rows_ok = rows < M
-    offs = rows[:, None].to(tl.int64) * stride
-    x0, c0, m0 = _piece(x_ptr, offs, rows_ok, 0, N, B0)
-    total = tl.sum(x0, axis=1)
-    if B1 > 0:
-        x1, c1, m1 = _piece(x_ptr, offs, rows_ok, B0, N, B1)
-        total += tl.sum(x1, axis=1)
-    if B2 > 0:
-        x2, c2, m2 = _piece(x_ptr, offs, rows_ok, B0 + B1, N, B2)
-        total += tl.sum(x2, axis=1)
-    mean = total / N
-    x0 = tl.where(m0, x0 - mean[:, None], 0.0)
-    var = tl.sum(x0 * x0, axis=1)
-    if B1 > 0:
-        x1 = tl.where(m1, x1 - mean[:, None], 0.0)
-        var += tl.sum(x1 * x1, axis=1)
-    if B2 > 0:
-        x2 = tl.where(m2, x2 - mean[:, None], 0.0)
-        var += tl.sum(x2 * x2, axis=1)
-    rstd = tl.rsqrt(var / N + eps)
-    _store(y_ptr, w_ptr, b_ptr, offs, x0, rstd, c0, m0, N)
-    if B1 > 0:
-        _store(y_ptr, w_ptr, b_ptr, offs, x1, rstd, c1, m1, N)
-    if B2 > 0:
-        _store(y_ptr, w_ptr, b_ptr, offs, x2, rstd, c2, m2, N)
+    cols = tl.arange(0, BLOCK)
+    in_row = cols < N
+    mask = (rows[:, None] < M) & in_row[None, :]
+    offs = rows[:, None].to(tl.int64) * stride + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    mean = tl.sum(x, axis=1) / N
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)
+    w = tl.load(w_ptr + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    y = xc * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -79,9 +35,9 @@ def kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
     M, N = x.shape
     cfg = SHAPE_CONFIGS.get(f"M={M},N={N}", CONFIG)
     y = torch.empty_like(x)
-    pieces = row_pieces(N)
+    block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
-    warps = min(32, max(cfg["num_warps"], triton.next_power_of_2(rows * sum(pieces) // WARP_COLS)))
-    _layernorm_rows[(triton.cdiv(M, rows),)](x, weight, bias, y, M, N, x.stride(0), EPS, ROWS=rows, B0=pieces[0],
-                                             B1=pieces[1], B2=pieces[2], num_warps=warps)
+    warps = min(32, max(cfg["num_warps"], rows * block // WARP_COLS))
+    _layernorm_rows[(triton.cdiv(M, rows),)](x, weight, bias, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
+                                             num_warps=warps)
     return y
