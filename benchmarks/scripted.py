@@ -110,8 +110,10 @@ def rows_of(records) -> tuple[list[dict], dict]:
     for rec in sorted(records, key=lambda r: r.operator):
         ev = rec.evaluation or {}
         chosen = _kernel_config(Path(rec.path) / "kernel.py") if rec.path else {}
-        speedups = []
+        speedups, not_timed = [], {}
         for s in ev.get("shapes") or []:
+            for lib, why in (s.get("baselines_skipped") or {}).items():
+                not_timed.setdefault(lib, why)
             best = s.get("best_baseline")
             ms = (s.get("time_ms") or {}).get("median")
             lib = (s.get("baselines_ms") or {}).get(best) if best else None
@@ -135,6 +137,7 @@ def rows_of(records) -> tuple[list[dict], dict]:
             "geomean_ratio": geo, "worst_ratio": worst, "met": bool(rec.verdict == "accepted" and worst and worst >= AIM[kind]),
             "config": chosen.get("CONFIG"), "shape_configs": chosen.get("SHAPE_CONFIGS") or {},
             "trial_s": (rec.agent or {}).get("wall_s"), "evaluation_s": rec.evaluation_s, **_cost(ev),
+            "libraries_not_timed": not_timed,
             "timing": ev.get("timing"), "device": ev.get("device"), "ceilings": ev.get("ceilings"),
             "trial_id": rec.trial_id, "details": {k: str(v)[:500] for k, v in (ev.get("details") or {}).items()},
             "sweep": _sweep_lines(Path(rec.path)) if rec.path else [],
@@ -196,10 +199,25 @@ def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
                      f"| {_f(r['sol_fraction'] and 100 * r['sol_fraction'], '.0f') + '%' if r['sol_fraction'] else '-'} "
                      f"| {_f(r['floor_ms'], '.4f')} "
                      f"| {'yes' if r['dispatched'] else ''} |")
+    lines += _not_timed(ops)
     rejected = {n: o for n, o in ops.items() if o["verdict"] != "accepted"}
     if rejected:
         lines += ["", "## Why rejected", ""] + [f"- {n}: {json.dumps(o['details'])[:1500]}" for n, o in rejected.items()]
     return "\n".join(lines) + "\n"
+
+
+def _not_timed(ops: dict) -> list[str]:
+    """The libraries each operator's ratios leave out, and why. A library that is installed but did
+    not load comes first and loud: its absence raises every ratio it would have bounded."""
+    broken = [(n, lib, why) for n, o in ops.items() for lib, why in (o.get("libraries_not_timed") or {}).items()
+              if "failed to import" in why]
+    lines = ["", "## Libraries not timed", ""]
+    if broken:
+        lines += [f"**Installed but not loaded: {n}'s ratios are against the other libraries only.** "
+                  f"{lib}: {why}" for n, lib, why in broken] + [""]
+    rest = [f"- {n}: " + "; ".join(f"{lib} ({why})" for lib, why in o["libraries_not_timed"].items())
+            for n, o in ops.items() if o.get("libraries_not_timed")]
+    return lines + (rest or ["- none: every operator's libraries were timed"])
 
 
 def versions(device: dict | None = None) -> str:
@@ -212,12 +230,17 @@ def versions(device: dict | None = None) -> str:
     import torch
     import triton
 
+    from operators._baselines import missing
+
     out = [f"torch {torch.__version__}", f"triton {triton.__version__}"]
-    for lib in ("liger-kernel", "flashinfer-python", "quack-kernels"):
+    for lib, module in (("liger-kernel", "liger_kernel"), ("flashinfer-python", "flashinfer"), ("quack-kernels", "quack")):
         try:
-            out.append(f"{lib} {importlib.metadata.version(lib)}")
+            version = importlib.metadata.version(lib)
         except importlib.metadata.PackageNotFoundError:
             out.append(f"{lib} not installed")
+            continue
+        broken = missing(module, lib)()  # installed is not loadable: say so where the versions are read
+        out.append(f"{lib} {version}" + (f" (FAILS TO IMPORT: {broken})" if broken else ""))
     return ", ".join(out)
 
 
