@@ -185,6 +185,8 @@ def trial_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "turns": _num(agent.get("turns")), "wall_s": _num(agent.get("wall_s")), "tool_s": _num(agent.get("tool_s")),
             "gpu_s": _num(agent.get("gpu_s")), "evaluation_s": _num(r.get("evaluation_s")),
             "flags": ",".join(evaluation_flags(r)),
+            # the libraries its speedups are against: two trials compared must have the same ones
+            "libraries": ",".join(sorted({lib for s in shapes for lib in (s.get("baselines_ms") or {})})),
             "key_fields": r.get("match_fields"), "environment_key": r.get("environment_key"),
             "harness": r.get("harness"), "dir": r.get("_dir"),
         })
@@ -195,7 +197,7 @@ def trial_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
 TRIAL_COLUMNS = ["trial_id", "study", "arm", "harness_id", "model", "operator", "seed", "match_key", "timing", "device",
                  "outcome", "verdict", "reasons", "end_reason", "budget_exhausted", "speedup", "sol", "shapes",
                  "shapes_correct", "tokens", "cost_usd", "turns", "wall_s", "tool_s", "gpu_s", "evaluation_s",
-                 "flags", "key_fields", "environment_key", "harness", "dir"]
+                 "flags", "libraries", "key_fields", "environment_key", "harness", "dir"]
 
 
 def evaluation_flags(r: dict[str, Any]) -> list[str]:

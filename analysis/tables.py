@@ -10,7 +10,8 @@ an operator, then over operators (``stats.estimate``). Figures of different timi
 (``cuda``, ``cpu-interpreted``: the kind of the study's device) are never mixed.
 
 Matched pairs share a study, model, operator and seed, and then must agree on their whole match
-key (``match_fields``) and run-time key (``environment_key``); a candidate pair that disagrees is
+key (``match_fields``), run-time key (``environment_key``) and the libraries the judge timed (a
+library installed on both machines may load on one only); a candidate pair that disagrees is
 refused, and ``refusals`` names the differing field.
 """
 from __future__ import annotations
@@ -108,7 +109,8 @@ def pairs(df: pd.DataFrame, arm: str, baseline: str, rejected_as: float | str = 
     if m.empty:
         return m.assign(log_ratio=pd.Series(dtype=float)), []
     env = m["environment_key"].map(_canon) == m["environment_key_base"].map(_canon)
-    same = (m["match_key"] == m["match_key_base"]) & env
+    libs = (m["libraries"] == m["libraries_base"]) | (m["libraries"] == "") | (m["libraries_base"] == "")  # "": untimed
+    same = (m["match_key"] == m["match_key_base"]) & env & libs
     good = m[same].copy()
     good["log_ratio"] = np.log(good["score"]) - np.log(good["score_base"])
     refused = []
@@ -131,6 +133,8 @@ def _difference(r: pd.Series) -> tuple[str, Any, Any]:
         ea, eb = r["environment_key"] or {}, r["environment_key_base"] or {}
         f = frames.first_difference(ea, eb)
         return f"environment.{f}", _get(ea, f), _get(eb, f)
+    if r["libraries"] and r["libraries_base"] and r["libraries"] != r["libraries_base"]:
+        return "libraries timed (one installed library did not load on one side?)", r["libraries"], r["libraries_base"]
     ka, kb = r["key_fields"], r["key_fields_base"]
     if isinstance(ka, dict) and isinstance(kb, dict):
         f = frames.first_difference(ka, kb)

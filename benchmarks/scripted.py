@@ -209,8 +209,10 @@ def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
 def _not_timed(ops: dict) -> list[str]:
     """The libraries each operator's ratios leave out, and why. A library that is installed but did
     not load comes first and loud: its absence raises every ratio it would have bounded."""
+    from operators._baselines import NOT_LOADED
+
     broken = [(n, lib, why) for n, o in ops.items() for lib, why in (o.get("libraries_not_timed") or {}).items()
-              if "failed to import" in why]
+              if NOT_LOADED in why]
     lines = ["", "## Libraries not timed", ""]
     if broken:
         lines += [f"**Installed but not loaded: {n}'s ratios are against the other libraries only.** "

@@ -22,6 +22,7 @@ from ablate.models import Message, ToolCall, Usage
 from ablate.store import Store
 from ablate.record import TrialRecord
 from ablate.trial import TrialSpec, trial_record
+from operators._baselines import NOT_LOADED
 from harnesses import AgentResult
 
 GPU_ENV = {"python": "3.11.7", "torch": "2.11.0+cu130", "triton": "3.6.0", "host": "node1", "gpu": "NVIDIA H200",
@@ -40,8 +41,9 @@ def spec(arm: str, seed: int, operator: str = "rmsnorm", study: str = "study", s
 
 
 def evaluation(s: TrialSpec, outcome: str, speedup: float | None, gpu: bool,
-               shape_speedups: list[float] | None = None, sol: float = 0.5) -> dict[str, Any]:
-    """An evaluator result as the evaluator writes it (the keys analysis reads)."""
+               shape_speedups: list[float] | None = None, sol: float = 0.5, not_loaded: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An evaluator result as the evaluator writes it (the keys analysis reads). not_loaded: the
+    libraries that were installed but failed to import, left out as the judge leaves them out."""
     shapes = s.match_fields["shape_lists"]["eval"]
     if outcome == "no_submission":  # as run_trial writes it
         return {"verdict": "rejected", "reasons": ["no_submission"], "shapes": [], "timing": "none"}
@@ -53,12 +55,17 @@ def evaluation(s: TrialSpec, outcome: str, speedup: float | None, gpu: bool,
     out = []
     for sh, sp in zip(shapes, per):
         base = 0.1
+        libs = {k: v for k, v in {"torch_eager": base * 3, "liger": base}.items() if k not in not_loaded}
+        best = min(libs, key=libs.get)
         out.append({"shape": sh, "shape_id": _sid(sh), "correct": True, "max_abs_error": 0.004, "error": None,
-                    "time_ms": {"median": base / sp}, "baselines_ms": {"torch_eager": base * 3, "liger": base},
-                    "best_baseline": "liger", "speedup_vs_best": sp, "sol_fraction": min(1.0, sol * sp)})
+                    "time_ms": {"median": libs[best] / sp}, "baselines_ms": libs,
+                    "baselines_skipped": {k: f"{k} {NOT_LOADED}: synthetic" for k in not_loaded},
+                    "best_baseline": best, "speedup_vs_best": sp, "sol_fraction": min(1.0, sol * sp),
+                    **({"flags": ["baseline_not_loaded"]} if not_loaded else {})})
     return {"verdict": "accepted", "reasons": [], "operator": s.operator, "timing": "cuda-events" if gpu else "cpu-interpreted",
             "device": {"name": GPU_ENV["gpu"]} if gpu else {}, "shapes": out,
-            "geomean_speedup": float(np.exp(np.mean(np.log(per))))}
+            "geomean_speedup": float(np.exp(np.mean(np.log(per)))),
+            **({"flags": ["baseline_not_loaded"]} if not_loaded else {})}
 
 
 def _sid(shape: dict[str, Any]) -> str:
@@ -69,13 +76,13 @@ def write_trial(store: Path | str, arm: str, seed: int, speedup: float | None = 
                 operator: str = "rmsnorm", gpu: bool = True, end_reason: str | None = None, env: dict | None = None,
                 tokens: int = 1000, cost_usd: float = 0.5, turns: int = 7, events: list | None = None,
                 evaluate_calls: list[float] | None = None, shape_speedups: list[float] | None = None,
-                record_extra: dict | None = None, **spec_kw) -> Path:
+                record_extra: dict | None = None, not_loaded: tuple[str, ...] = (), **spec_kw) -> Path:
     """One trial record; ``evaluate_calls``: speedups the agent's evaluate tool returned, one per turn."""
     s = spec(arm, seed, operator, **spec_kw)
     st = Store(store)
     writer = st.begin(s.study, s.trial_id)
     tmp = writer.path
-    ev = evaluation(s, outcome, speedup, gpu, shape_speedups)
+    ev = evaluation(s, outcome, speedup, gpu, shape_speedups, not_loaded=not_loaded)
     messages = [Message(role="user", content=f"Operator: {operator}")]
     calls = []
     for i, sp in enumerate(evaluate_calls or []):

@@ -32,6 +32,9 @@ def compile_baselines(fn: Callable, autotune: bool = True) -> dict[str, Baseline
     return out
 
 
+NOT_LOADED = "failed to import"  # in an unavailable library's reason: installed, but it did not load
+
+
 def missing(module: str, package: str) -> Callable[[], str | None]:
     """Availability check: None when `module` imports; '<package> not installed' when it is not
     there; '<package> failed to import: ...' when it is there and cannot load (a module it needs
@@ -43,9 +46,9 @@ def missing(module: str, package: str) -> Callable[[], str | None]:
         except ModuleNotFoundError as e:
             if e.name and (module == e.name or module.startswith(e.name + ".")):
                 return f"{package} not installed"
-            return f"{package} failed to import: {e}"[:200]
+            return f"{package} {NOT_LOADED}: {e}"[:200]
         except Exception as e:  # a broken install (e.g. a CUDA runtime mismatch) is unavailable too
-            return f"{package} failed to import: {type(e).__name__}: {e}"[:200]
+            return f"{package} {NOT_LOADED}: {type(e).__name__}: {e}"[:200]
         return None
 
     return unavailable

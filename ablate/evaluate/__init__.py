@@ -37,14 +37,15 @@ median of ~100 ms of calls; calls drawn at random after they return are sealed a
 against the reference of their exact input; the device must go idle when the timed stream does;
 times faster than the physical speed of light are rejected; speedups over 3x are flagged. A
 library's time is cached once timed, so it is timed until two runs agree within 3%
-("noisy_best_baseline" in a row's flags when no two of four did). Before and after each library's
-timing, and after each candidate's, a canary copy probes for another process on the GPU
-("contended_baseline", that time used once and not cached; "gpu_contended", with the row's
-"contention" saying why); ceilings cached while another process used the GPU (a canary faster now
-than then) are measured again, and the library times cached beside them with them. One evaluation
-at a time per GPU (a lock on its UUID, held by the judge, or by the trial that started it for the
-whole trial; "no_device_lock" in flags when it cannot be taken). CPU: Triton's interpreter, a
-handful of calls, labelled "cpu-interpreted".
+("noisy_best_baseline" in a row's flags when no two of four did; "baseline_not_loaded" when a
+library is installed but failed to import, so the speedup is against the others only). Before
+and after each library's timing, and after each candidate's, a canary copy probes for another
+process on the GPU ("contended_baseline", that time used once and not cached; "gpu_contended",
+with the row's "contention" saying why); ceilings cached while another process used the GPU (a
+canary faster now than then) are measured again, and the library times cached beside them with
+them. One evaluation at a time per GPU (a lock on its UUID, held by the judge, or by the trial
+that started it for the whole trial; "no_device_lock" in flags when it cannot be taken). CPU:
+Triton's interpreter, a handful of calls, labelled "cpu-interpreted".
 
 Result keys: verdict, reasons, details {reason: message}, operator, shape_set, submission_sha256,
 seed, evaluator_version, sandbox ("bwrap" | "none", with sandbox_note when unconfined), timing

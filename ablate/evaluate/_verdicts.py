@@ -27,10 +27,15 @@
 - Another process using the GPU (the judge's canary copy, _gpu.contention) is said in the row:
   after a library's timing (contended_baseline; that time is used once and not cached) or after
   the candidate's (gpu_contended). Neither rejects: a shared GPU slows, it does not forge.
+- A library installed but not loaded (its import failed: a missing dependency, a CUDA runtime
+  mismatch) is flagged on every row (baseline_not_loaded): the ratio is then against the others
+  only, higher than the same kernel's on a machine where it loads, and its versions say nothing.
 """
 from __future__ import annotations
 
 import math
+
+from operators._baselines import NOT_LOADED
 
 NOISE = 0.02  # timing noise tolerated against the floor
 FLAG_SPEEDUP = 3.0
@@ -116,6 +121,8 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
             row.setdefault("flags", []).append("noisy_best_baseline")
         if row.get("baselines_contended"):  # any of them: a slowed library can hand "best" to another
             row.setdefault("flags", []).append("contended_baseline")
+    if any(NOT_LOADED in str(why) for why in (row.get("baselines_skipped") or {}).values()):
+        row.setdefault("flags", []).append("baseline_not_loaded")
     if contention:
         row.setdefault("flags", []).append("gpu_contended")
         row["contention"] = contention

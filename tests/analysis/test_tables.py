@@ -136,6 +136,23 @@ def test_every_mismatched_key_field_is_refused_and_named(tmp_path, change, field
     assert s["ratios"].iloc[0]["pairs"] == 0
 
 
+def test_a_pair_judged_against_different_libraries_is_refused_and_the_trial_flagged(tmp_path):
+    """Same versions on both machines, but liger failed to import on one: that trial's speedup is
+    against torch alone (3x higher here), so its ratio to the other is not the arm's effect."""
+    write_trial(tmp_path, "goal_only", 0, 1.0)
+    write_trial(tmp_path, "kda05", 0, 1.0, not_loaded=("liger",))
+    write_trial(tmp_path, "goal_only", 1, 1.0)
+    write_trial(tmp_path, "kda05", 1, 2.0)  # the same libraries: paired
+    s = tables.summary(tmp_path, "goal_only")
+    assert s["ratios"].iloc[0]["pairs"] == 1 and s["ratios"].iloc[0]["refused"] == 1
+    [line] = tables.refusal_lines(s["refusals"])
+    assert "libraries timed" in line and "torch_eager" in line
+    [flag] = [f for f in s["flagged"] if "baseline_not_loaded" in f]
+    assert "1 accepted trial(s)" in flag and "rmsnorm--kda05" in flag
+    text = report.text(tmp_path, "goal_only")
+    assert "libraries timed" in text and "flag baseline_not_loaded" in text
+
+
 def test_a_trial_with_its_exact_match_is_not_reported_as_refused(tmp_path):
     for turns in (10, 11):  # two budgets in one store: each arm pairs with its own budget
         write_trial(tmp_path, "goal_only", 0, 1.0, budget={"turns": turns})

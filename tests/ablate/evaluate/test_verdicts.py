@@ -127,6 +127,20 @@ def test_another_process_on_the_gpu_is_said_not_rejected():
     assert judge(r, 0.08) == ({}, {"below_roofline", "stream_mismatch", "timing_disagrees"}) and "flags" not in r
 
 
+def test_a_library_installed_but_not_loaded_is_flagged_on_the_row():
+    """quack installed without the package holding `cutlass` raised cross-entropy's geomean from
+    1.34x to 1.99x on the H200: the ratio was against the other libraries, and nothing said so."""
+    from operators._baselines import NOT_LOADED  # the reason missing() gives (tests/operators/test_baselines.py)
+
+    r = row()
+    r["baselines_skipped"] = {"quack": f"quack-kernels {NOT_LOADED}: No module named 'cutlass.cutlass_dsl'"}
+    assert judge(r, 0.08)[0] == {} and "baseline_not_loaded" in r["flags"]
+    r = row()
+    r["baselines_skipped"] = {"quack": "quack-kernels not installed", "torch_compile": "needs CUDA"}
+    judge(r, 0.08)
+    assert "baseline_not_loaded" not in r.get("flags", [])  # absent by choice: the versions say so
+
+
 def test_the_canary_names_a_shared_gpu_only_when_two_copies_are_slow():
     from ablate.evaluate import _gpu
 
