@@ -84,8 +84,13 @@ def compile_launch(fn: JITFunction, args: tuple, kwargs: dict) -> dict:
     """Compile one recorded launch for TARGET; its resources and what is wrong with them."""
     backend = make_backend(TARGET)
     binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, options = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+    try:  # the launch's options are checked here (num_warps a power of two): what a GPU launch refuses too
+        bound, specialization, options = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+    except Exception as e:  # noqa: BLE001 - a refused launch is the finding
+        return {"kernel": fn.__name__, "constexprs": {}, "num_warps": kwargs.get("num_warps"),
+                "num_stages": kwargs.get("num_stages"), "shared": None, "registers": None, "spill_bytes": None,
+                "problem": f"launch refused: {type(e).__name__}: {str(e).strip()[:300]}"}
     consts = {fn.arg_names[p[0]]: v for p, v in constexprs.items()}
     row = {"kernel": fn.__name__, "constexprs": consts, "num_warps": options.num_warps,
            "num_stages": options.num_stages}

@@ -122,8 +122,9 @@ def test_template_fits_an_h200_on_every_eval_shape(compiled, name):
 
 def test_the_compile_check_catches_what_a_gpu_launch_would_refuse(tmp_path):
     """The sm_90 compile check is not a rubber stamp: five stages of 128x128x128 bf16 tiles (320 KB
-    of shared memory), and a global that is not a constexpr (the interpreter accepts it, the
-    compiler does not), are both reported; the same tiles at two stages pass."""
+    of shared memory), a global that is not a constexpr, and 5 warps (a 5120-column row at 1024 a
+    warp: this reached the H200 once) are reported, though the interpreter accepts all three; the
+    same tiles at two stages pass."""
     code = (
         "import sys; sys.path.insert(0, %r)\n"
         "import torch, triton, triton.language as tl\n"
@@ -147,16 +148,18 @@ def test_the_compile_check_catches_what_a_gpu_launch_would_refuse(tmp_path):
         "deep[(1,)](x, x, x, 4096, BM=128, BN=128, BK=128, num_warps=8, num_stages=5)\n"
         "deep[(1,)](x, x, x, 4096, BM=128, BN=128, BK=128, num_warps=8, num_stages=2)\n"
         "uses_global[(1,)](x)\n"
+        "deep[(1,)](x, x, x, 4096, BM=128, BN=128, BK=128, num_warps=5, num_stages=2)\n"
         "print([aot.compile_launch(*l)['problem'] for l in aot._launches])\n"
     ) % str(HERE.parents[1])
     script = tmp_path / "probe.py"  # Triton reads a @jit function's source from its file
     script.write_text(code)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=200)
     assert out.returncode == 0, out.stderr[-2000:]
-    deep, shallow, glob = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    deep, shallow, glob, five = ast.literal_eval(out.stdout.strip().splitlines()[-1])
     assert deep and "shared memory" in deep, deep
     assert shallow is None
     assert glob and "constexpr" in glob, glob
+    assert five and "power of 2" in five, five
 
 
 @pytest.mark.parametrize("name", OURS)
