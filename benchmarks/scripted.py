@@ -232,16 +232,16 @@ def versions(device: dict | None = None) -> str:
     import torch
     import triton
 
-    from operators._baselines import missing
+    from operators._baselines import OPTIONAL
 
     out = [f"torch {torch.__version__}", f"triton {triton.__version__}"]
-    for lib, module in (("liger-kernel", "liger_kernel"), ("flashinfer-python", "flashinfer"), ("quack-kernels", "quack")):
+    for lib, not_imported in OPTIONAL.items():
         try:
             version = importlib.metadata.version(lib)
         except importlib.metadata.PackageNotFoundError:
             out.append(f"{lib} not installed")
             continue
-        broken = missing(module, lib)()  # installed is not loadable: say so where the versions are read
+        broken = not_imported()  # installed is not loadable: say so where the versions are read
         out.append(f"{lib} {version}" + (f" (FAILS TO IMPORT: {broken})" if broken else ""))
     return ", ".join(out)
 

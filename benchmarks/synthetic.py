@@ -52,6 +52,7 @@ def evaluation(s: TrialSpec, outcome: str, speedup: float | None, gpu: bool,
                 "shapes": [{"shape": sh, "shape_id": _sid(sh), "correct": False, "error": "max error 0.3"} for sh in shapes],
                 "geomean_speedup": None}
     per = shape_speedups or [speedup] * len(shapes)
+    flags = {"flags": ["baseline_not_loaded"]} if not_loaded else {}  # the judge's, on each row and the trial
     out = []
     for sh, sp in zip(shapes, per):
         base = 0.1
@@ -60,12 +61,10 @@ def evaluation(s: TrialSpec, outcome: str, speedup: float | None, gpu: bool,
         out.append({"shape": sh, "shape_id": _sid(sh), "correct": True, "max_abs_error": 0.004, "error": None,
                     "time_ms": {"median": libs[best] / sp}, "baselines_ms": libs,
                     "baselines_skipped": {k: f"{k} {NOT_LOADED}: synthetic" for k in not_loaded},
-                    "best_baseline": best, "speedup_vs_best": sp, "sol_fraction": min(1.0, sol * sp),
-                    **({"flags": ["baseline_not_loaded"]} if not_loaded else {})})
+                    "best_baseline": best, "speedup_vs_best": sp, "sol_fraction": min(1.0, sol * sp), **flags})
     return {"verdict": "accepted", "reasons": [], "operator": s.operator, "timing": "cuda-events" if gpu else "cpu-interpreted",
             "device": {"name": GPU_ENV["gpu"]} if gpu else {}, "shapes": out,
-            "geomean_speedup": float(np.exp(np.mean(np.log(per)))),
-            **({"flags": ["baseline_not_loaded"]} if not_loaded else {})}
+            "geomean_speedup": float(np.exp(np.mean(np.log(per)))), **flags}
 
 
 def _sid(shape: dict[str, Any]) -> str:

@@ -70,5 +70,9 @@ def hopper(check: Callable[[], str | None], package: str) -> Callable[[], str | 
 
 
 liger_unavailable = missing("liger_kernel", "liger-kernel")
-quack_unavailable = hopper(missing("quack", "quack-kernels"), "quack-kernels")  # CuTe DSL kernels for sm_90+
+quack_not_imported = missing("quack", "quack-kernels")
+quack_unavailable = hopper(quack_not_imported, "quack-kernels")  # CuTe DSL kernels for sm_90+
 flashinfer_unavailable = missing("flashinfer", "flashinfer-python")
+# the optional libraries by package name, each with its import check (no device check)
+OPTIONAL = {"liger-kernel": liger_unavailable, "flashinfer-python": flashinfer_unavailable,
+            "quack-kernels": quack_not_imported}
