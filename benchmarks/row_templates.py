@@ -1,9 +1,10 @@
 """Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
 on row widths that are not any operator's eval shapes: how the per-warp column count and, for
-softmax's wide rows, streaming them in blocks of several sizes (the second pass in either order),
-splitting them over programs that each hold a block in registers, or holding them whole change the
-time. (A norm's row held in power-of-two pieces rather than one padded block was
-measured slower at commit 237a8b7 and removed: benchmarks/results/h200-all-ten.)
+softmax's wide rows, streaming them in blocks of several sizes or holding them whole in registers
+change the time. (A norm's row held in power-of-two pieces rather than one padded block was
+measured slower at commit 237a8b7 and removed: benchmarks/results/h200-all-ten; so were a wide
+softmax row split over programs that wait for each other, and the streamed second pass taken last
+block first, at e41c3d8: benchmarks/results/h200-counters.)
 Each variant is checked against the operator's reference, then timed with triton's do_bench (L2
 flushed before each call, median).
 
@@ -32,14 +33,7 @@ for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 65536, "N":
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}):
     for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32)):
         CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",
-                      {"block": block, "num_warps": warps, "max_width": 16384},
-                      {"STREAM_BLOCK_MAX": block, "SPLIT_BLOCK": 0}))
-    CASES.append(("softmax", shape, "streamed, block 16384, 16 warps, second pass last block first",
-                  {"block": 16384, "num_warps": 16, "max_width": 16384},
-                  {"STREAM_BLOCK_MAX": 16384, "SPLIT_BLOCK": 0, "STREAM_REVERSE": True}))
-    for block in (4096, 8192, 16384):
-        CASES.append(("softmax", shape, f"split over programs of {block} columns, read once",
-                      {"block": 4096, "num_warps": 4, "max_width": 16384}, {"SPLIT_BLOCK": block}))
+                      {"block": block, "num_warps": warps, "max_width": 16384}, {"STREAM_BLOCK_MAX": block}))
     if shape["N"] <= 32768:
         for cols in (1024, 512):
             CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",

@@ -12,14 +12,10 @@ shape's): a whole row of 32768 columns needs 32 warps, one program an SM, whose 
 then take turns; at 24576 columns it took 0.294 ms in registers against 0.204 ms streamed in
 blocks of 8192. At 65536 columns blocks of 16384 took 0.296 ms, blocks of 4096 0.409. Holding
 fewer rows in flight so that the second pass surely hits L2 (a persistent grid) was slower at
-every width tried.
-- On a GPU a wide row can instead be split over programs of SPLIT_BLOCK columns each, held in
-  registers: each publishes its block's maximum and sum, waits for the row's other blocks, and
-  writes its block from registers: the row is read once. A program takes its block from a ticket
-  counter rather than its program id, so the blocks a program waits on belong to programs already
-  running (tickets go out in the order programs start): no wait can be on a program that cannot
-  be scheduled. The CPU interpreter runs programs one after another, where such a wait never ends,
-  so CPU tensors take the streamed path."""
+every width tried. So was reading the row once, split over programs that each hold a block in
+registers and wait for the row's other blocks through global atomics (0.427 against 0.290 ms at
+65536 columns; commit e41c3d8, benchmarks/results/h200-counters): the libraries that read it once
+reduce within a cluster of blocks through distributed shared memory, which Triton does not expose."""
 import torch
 import triton
 import triton.language as tl
@@ -29,8 +25,6 @@ SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 ONE_BLOCK_MAX = 16384
 STREAM_BLOCK_MAX = 16384
-SPLIT_BLOCK = 8192  # columns a program of a split row holds; 0: wide rows are streamed
-STREAM_REVERSE = False  # the second pass reads the blocks last to first (the newest in L2 first)
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
@@ -46,7 +40,7 @@ def _softmax_row(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, REVERSE: tl.constexpr):
+def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride
     y_row = y_ptr + row * stride
@@ -61,45 +55,11 @@ def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, REVERSE: tl.
         s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), axis=0)
         m = m_new
     inv = 1.0 / s
-    blocks = tl.cdiv(N, BLOCK)
-    for i in range(0, blocks):
-        start = (blocks - 1 - i) * BLOCK if REVERSE else i * BLOCK
+    for start in range(0, N, BLOCK):
         mask = start + cols < N
         x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_first")
         y = tl.exp2(x.to(tl.float32) * LOG2E - m) * inv
         tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
-
-
-@triton.jit
-def _softmax_split(x_ptr, y_ptr, sync_ptr, stats_ptr, N, stride, parts, BLOCK: tl.constexpr, PARTS: tl.constexpr):
-    # sync_ptr[0]: the next ticket; sync_ptr[1 + row]: how many of the row's blocks have published
-    ticket = tl.atomic_add(sync_ptr, 1)
-    row = ticket // parts
-    part = ticket % parts
-    cols = part * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < N  # every block holds one column at least: parts = cdiv(N, BLOCK)
-    x = tl.load(x_ptr + row.to(tl.int64) * stride + cols, mask=mask, other=-float("inf"),
-                eviction_policy="evict_first")
-    x = x.to(tl.float32) * LOG2E
-    m = tl.max(x, axis=0)
-    s = tl.sum(tl.exp2(x - tl.where(m == -float("inf"), 0.0, m)), axis=0)  # a block of -inf sums to 0
-    slot = stats_ptr + 2 * (row * parts + part)
-    tl.store(slot, m)
-    tl.store(slot + 1, s)
-    tl.debug_barrier()  # the block's statistics are stored before it counts itself published
-    tl.atomic_add(sync_ptr + 1 + row, 1, sem="release")
-    while tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire") < parts:
-        pass
-    tl.debug_barrier()
-    others = tl.arange(0, PARTS)
-    stats = stats_ptr + 2 * (row * parts + others)
-    ms = tl.load(stats, mask=others < parts, other=-float("inf"), volatile=True)
-    ss = tl.load(stats + 1, mask=others < parts, other=0.0, volatile=True)
-    m_row = tl.max(ms, axis=0)
-    inv = 1.0 / tl.sum(ss * tl.exp2(ms - m_row), axis=0)
-    y = tl.exp2(x - m_row) * inv
-    tl.store(y_ptr + row.to(tl.int64) * stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask,
-             eviction_policy="evict_first")
 
 
 def kernel(x: torch.Tensor) -> torch.Tensor:
@@ -111,15 +71,8 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
     if width <= min(cfg["max_width"], ONE_BLOCK_MAX):
         warps = min(32, max(cfg["num_warps"], width // WARP_COLS))
         _softmax_row[(M,)](x, y, N, x.stride(0), BLOCK=width, num_warps=warps)
-    elif SPLIT_BLOCK and x.device.type != "cpu":
-        parts = triton.cdiv(N, SPLIT_BLOCK)
-        sync = torch.zeros(M + 1, dtype=torch.int32, device=x.device)
-        stats = torch.empty(2 * M * parts, dtype=torch.float32, device=x.device)
-        warps = min(32, max(cfg["num_warps"], SPLIT_BLOCK // WARP_COLS))
-        _softmax_split[(M * parts,)](x, y, sync, stats, N, x.stride(0), parts, BLOCK=SPLIT_BLOCK,
-                                     PARTS=triton.next_power_of_2(parts), num_warps=warps)
     else:
         block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
         warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
-        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, REVERSE=STREAM_REVERSE, num_warps=warps)
+        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, num_warps=warps)
     return y
