@@ -32,7 +32,7 @@ INTERPRETED = {
     "swiglu": {"configs": [0, 3]},
     "rope": {"configs": [0, 6]},
     "gemm": {"configs": [0, 3], "shapes": [{"M": 300, "N": 264, "K": 72, "dtype": "bfloat16"}]},  # TMA, masked (K=70), persistent over 9 tiles
-    "attention": {"configs": [0, 7], "shapes": [{"B": 1, "H": 2, "S": 200, "D": 64, "dtype": "bfloat16"}]},  # TMA and masked, blocks left of the diagonal
+    "attention": {"configs": [0, 7], "shapes": [{"B": 1, "H": 3, "S": 200, "D": 64, "dtype": "bfloat16"}]},  # TMA and masked, blocks left of the diagonal, a short last group of heads
     "grouped_gemm": {"configs": [0, 8], "shapes": [{"T": 300, "E": 5, "N": 72, "K": 64, "dtype": "bfloat16"},
                                                   {"T": 20, "E": 16, "N": 24, "K": 32, "dtype": "bfloat16"}]},  # several tiles a group; empty groups
     "topk": {"configs": [5, 10], "shapes": [{"M": 5, "N": 1029, "k": 13, "dtype": "bfloat16"}]},  # chunk 512: one tile
