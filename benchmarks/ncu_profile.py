@@ -12,13 +12,14 @@ those. Each implementation runs in its own process
 under Nsight Compute (`ncu --clock-control none`, caches flushed before each kernel, only the call
 inside an NVTX range profiled, after warm-up calls that compile). Writes DIR/ncu_profile.md,
 DIR/ncu_profile.json and ncu's own CSV of each under DIR/raw. Needs a CUDA GPU and an ncu that
-may read the counters."""
+may read the counters; `--render` writes the table again from the JSON, anywhere."""
 from __future__ import annotations
 
 import argparse
 import csv
 import json
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ SHOWN = (("DRAM %", "GPU Speed Of Light Throughput", "DRAM Throughput"),
          ("SM %", "GPU Speed Of Light Throughput", "Compute (SM) Throughput"),
          ("L2 hit %", "Memory Workload Analysis", "L2 Hit Rate"),
          ("occupancy % (theory)", "Occupancy", "Achieved Occupancy"),
+         ("threads", "Launch Statistics", "Block Size"),
          ("registers", "Launch Statistics", "Registers Per Thread"),
          ("grid", "Launch Statistics", "Grid Size"),
          ("cycles / issue", "Warp State Statistics", "Warp Cycles Per Issued Instruction"))
@@ -131,16 +133,40 @@ def duration_us(kernel: dict) -> float | None:
     return None if n is None else n * scale
 
 
+def dram_mb(kernel: dict) -> float | None:
+    """Megabytes the kernel moved to and from DRAM: its DRAM throughput times its duration (the
+    bytes, unlike the percentage, say whether a kernel reads its input more than once)."""
+    rate, us = kernel["metrics"].get("Memory Workload Analysis/Memory Throughput"), duration_us(kernel)
+    n = _number(rate)
+    if n is None or us is None:
+        return None
+    scale = {"byte/s": 1.0, "Kbyte/s": 1e3, "Mbyte/s": 1e6, "Gbyte/s": 1e9, "Tbyte/s": 1e12}.get(rate.split()[-1])
+    return None if scale is None else n * scale * us * 1e-6 / 1e6
+
+
+def occupancy_bound(metrics: dict) -> str:
+    """How many blocks of the kernel an SM holds at once and what stops one more ("3: registers"):
+    the smallest of ncu's per-resource block limits."""
+    limits = {key.removeprefix("Occupancy/Block Limit ").lower(): _number(value)
+              for key, value in metrics.items() if key.startswith("Occupancy/Block Limit ")}
+    limits = {name: n for name, n in limits.items() if n is not None}
+    if not limits:
+        return ""
+    least = min(limits.values())
+    return f"{least:.0f}: " + ", ".join(name for name, n in limits.items() if n == least)
+
+
 def markdown(meta: dict, results: list[dict]) -> str:
     lines = [f"# Hardware counters on {meta['gpu']}", "", f"torch {meta['torch']}; {meta['ncu']}.",
              f"Command: `{meta['command']}`. One call each, caches flushed, clocks not locked. "
-             "Percentages are of the device's peak; 'cycles / issue' is how long a warp waits between two "
-             "instructions it issues.", "",
-             "| operator | shape | implementation | kernel | us | " + " | ".join(c for c, _, _ in SHOWN) + " | stalls |",
-             "|---|---|---|---|---|" + "---|" * len(SHOWN) + "---|"]
+             "Percentages are of the device's peak; DRAM MB is DRAM throughput times duration; 'cycles / "
+             "issue' is how long a warp waits between two instructions it issues.", "",
+             "| operator | shape | implementation | kernel | us | DRAM MB | " + " | ".join(c for c, _, _ in SHOWN)
+             + " | blocks an SM holds, bound by |",
+             "|---|---|---|---|---|---|" + "---|" * len(SHOWN) + "---|"]
     for r in results:
         if r["error"]:
-            lines.append(f"| {r['operator']} | {r['shape']} | {r['impl']} | {r['error']} |" + " |" * (len(SHOWN) + 2))
+            lines.append(f"| {r['operator']} | {r['shape']} | {r['impl']} | {r['error']} |" + " |" * (len(SHOWN) + 3))
             continue
         for k in r["kernels"]:
             m = k["metrics"]
@@ -150,9 +176,9 @@ def markdown(meta: dict, results: list[dict]) -> str:
                 if column.startswith("occupancy") and value:
                     value = f"{_number(value):.0f} ({_number(m.get('Occupancy/Theoretical Occupancy')) or 0:.0f})"
                 cells.append(value)
-            stall = next((v for key, v in k["rules"].items() if "Stall" in key or "CPI" in key), "")
             lines.append(f"| {r['operator']} | {r['shape']} | {r['impl']} | `{k['name'][:40]}` | "
-                         f"{duration_us(k) or float('nan'):.1f} | " + " | ".join(cells) + f" | {stall[:160]} |")
+                         f"{duration_us(k) or float('nan'):.1f} | {dram_mb(k) or float('nan'):.1f} | "
+                         + " | ".join(cells) + f" | {occupancy_bound(m)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -163,11 +189,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--render", action="store_true",
+                    help="only write DIR/ncu_profile.md again from DIR/ncu_profile.json (no GPU needed)")
     ap.add_argument("--case", nargs="+", action="append", metavar="OP SHAPE [CONFIG]",
                     help="an operator, a shape and optionally the template's configuration (JSON); repeatable")
     ap.add_argument("--libraries", nargs="+",
                     help="library baselines to profile beside the template, where the operator has them")
     args = ap.parse_args(argv)
+    if args.render:
+        stored = args.out / "ncu_profile.json"
+        if not stored.is_file():
+            ap.error(f"--render: {stored} does not exist; give the --out of an earlier run")
+        data = json.loads(stored.read_text())
+        (args.out / "ncu_profile.md").write_text(markdown(data["meta"], data["results"]))
+        return 0
     import torch
 
     import operators
@@ -212,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1:]
     meta = {"gpu": props.name, "torch": torch.__version__, "python": platform.python_version(),
             "ncu": version[0] if version else None,
-            "command": "python -m benchmarks.ncu_profile " + " ".join(argv)}
+            "command": "python -m benchmarks.ncu_profile " + shlex.join(argv)}
     (args.out / "ncu_profile.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (args.out / "ncu_profile.md").write_text(markdown(meta, results))
     return 0
