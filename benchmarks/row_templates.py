@@ -1,7 +1,7 @@
 """Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
-on row widths that are not any operator's eval shapes: how the per-warp column count and, for
-softmax's wide rows, streaming them in blocks of several sizes or holding them whole in registers
-change the time. (A norm's row held in power-of-two pieces rather than one padded block was
+on row widths that are not any operator's eval shapes: how the per-warp column count, a norm's row
+looped over in chunks rather than held whole, and, for softmax's wide rows, streaming them in
+blocks of several sizes or holding them whole in registers change the time. (A norm's row held in power-of-two pieces rather than one padded block was
 measured slower at commit 237a8b7 and removed: benchmarks/results/h200-all-ten; so were a wide
 softmax row split over programs that wait for each other, and the streamed second pass taken last
 block first, at e41c3d8: benchmarks/results/h200-counters.)
@@ -28,8 +28,11 @@ CASES = []
 for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 65536, "N": 2048}):
     for op in ("rmsnorm", "layernorm"):
         for cols in (1024, 512, 256):
-            CASES.append((op, shape, f"num_warps 4, WARP_COLS {cols}", {"num_warps": 4, "rows_per_program": 1},
-                          {"WARP_COLS": cols}))
+            CASES.append((op, shape, f"num_warps 4, WARP_COLS {cols}",
+                          {"num_warps": 4, "rows_per_program": 1, "chunk": 0}, {"WARP_COLS": cols}))
+        for chunk, warps in ((1024, 4), (2048, 8), (2048, 4)):
+            CASES.append((op, shape, f"chunks of {chunk} columns, {warps} warps, the second read from L2",
+                          {"num_warps": warps, "rows_per_program": 1, "chunk": chunk}, {}))
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}):
     for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32)):
         CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",

@@ -25,8 +25,9 @@ OURS = sorted(operators.REGISTRY)
 # configuration was run on them once: `python tests/operators/template_runner.py --plan` with
 # "configs": null (benchmarks/results/scripted-h200/NOTES.md).
 INTERPRETED = {
-    "rmsnorm": {"configs": [0, 5]},  # one row, and 4-row tiles over M=5
-    "layernorm": {"configs": [0, 5]},
+    "rmsnorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"}]},  # one row, 4-row
+    # tiles over M=5, and chunks of 1024 over rows wider than that (a last chunk of 452)
+    "layernorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"}]},
     "softmax": {"configs": [0, 8]},  # rows whole in registers, and streamed (max_width 1024 < 5000)
     "cross_entropy": {"configs": [0, 5]},
     "swiglu": {"configs": [0, 3]},

@@ -1,13 +1,20 @@
-# scripted-configs: [{"num_warps": 4, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 1}, {"num_warps": 16, "rows_per_program": 1}, {"num_warps": 8, "rows_per_program": 2}, {"num_warps": 2, "rows_per_program": 1}, {"num_warps": 4, "rows_per_program": 4}, {"num_warps": 16, "rows_per_program": 2}]
+# scripted-configs: [{"num_warps": 4, "rows_per_program": 1, "chunk": 0}, {"num_warps": 8, "rows_per_program": 1, "chunk": 0}, {"num_warps": 16, "rows_per_program": 1, "chunk": 0}, {"num_warps": 8, "rows_per_program": 2, "chunk": 0}, {"num_warps": 2, "rows_per_program": 1, "chunk": 0}, {"num_warps": 4, "rows_per_program": 4, "chunk": 0}, {"num_warps": 16, "rows_per_program": 2, "chunk": 0}, {"num_warps": 4, "rows_per_program": 1, "chunk": 1024}, {"num_warps": 8, "rows_per_program": 1, "chunk": 2048}]
 """LayerNorm in Triton: one program normalises a [rows_per_program, N] tile, each row whole in
 registers (read once, written once); mean, then the variance around it (two passes over
 registers, not E[x^2] - E[x]^2), in float32. A program gets at least one warp per 1024 elements
-of its tile, so rows wider than the ones it was tuned on do not spill the four row-long arrays."""
+of its tile, so rows wider than the ones it was tuned on do not spill the four row-long arrays.
+chunk > 0 (rows wider than it): a program loops over its row in chunks of that many columns,
+twice: the statistics, then the output, the second read from L2 (the first asks L2 to keep the
+row). Each chunk's mean and squared deviations are exact within the chunk, and chunks combine by
+Chan's formula, so the variance is never E[x^2] - E[x]^2. Far fewer registers a thread, so an SM
+holds more rows in flight: on the H200 the whole-row kernel held three programs an SM (37.5%
+occupancy, bound by registers) and reached 51-76% of DRAM bandwidth where torch.compile's chunked
+loop reached 58-84% (benchmarks/results/h200-counters)."""
 import torch
 import triton
 import triton.language as tl
 
-CONFIG = {"num_warps": 4, "rows_per_program": 1}
+CONFIG = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 EPS = 1e-5
@@ -30,11 +37,41 @@ def _layernorm_rows(x_ptr, w_ptr, b_ptr, y_ptr, M, N, stride, eps, ROWS: tl.cons
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _layernorm_chunked(x_ptr, w_ptr, b_ptr, y_ptr, N, stride, eps, CHUNK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row, y_row = x_ptr + row * stride, y_ptr + row * stride
+    cols = tl.arange(0, CHUNK)
+    count, mean, m2 = 0.0, 0.0, 0.0  # of the chunks so far: columns, their mean, squared deviations
+    for start in range(0, N, CHUNK):
+        mask = start + cols < N
+        x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        n = tl.minimum(N - start, CHUNK).to(tl.float32)
+        chunk_mean = tl.sum(x, axis=0) / n
+        d = tl.where(mask, x - chunk_mean, 0.0)
+        delta = chunk_mean - mean
+        total = count + n
+        mean = mean + delta * (n / total)
+        m2 = m2 + tl.sum(d * d, axis=0) + delta * delta * (count * n / total)
+        count = total
+    rstd = tl.rsqrt(m2 / N + eps)
+    for start in range(0, N, CHUNK):
+        mask = start + cols < N
+        x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        w = tl.load(w_ptr + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        b = tl.load(b_ptr + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+        tl.store(y_row + start + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
+
+
 def kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     x, weight, bias = x.contiguous(), weight.contiguous(), bias.contiguous()
     M, N = x.shape
     cfg = SHAPE_CONFIGS.get(f"M={M},N={N}", CONFIG)
     y = torch.empty_like(x)
+    if 0 < cfg.get("chunk", 0) < N:  # a configuration written before chunks existed holds rows whole
+        warps = min(32, max(cfg["num_warps"], cfg["chunk"] // WARP_COLS))
+        _layernorm_chunked[(M,)](x, weight, bias, y, N, x.stride(0), EPS, CHUNK=cfg["chunk"], num_warps=warps)
+        return y
     block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
     warps = min(32, max(cfg["num_warps"], rows * block // WARP_COLS))

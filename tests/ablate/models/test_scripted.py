@@ -338,9 +338,10 @@ def test_the_wiki_picks_the_first_configuration():
     hits = kb.search("rmsnorm starting configurations num warps", 5)
     output = json.dumps([{"page": s.page, "text": s.text} for s, _ in hits])
     recommended = configs_from_knowledge(output, configs[0])
-    assert recommended[:2] == [{"num_warps": 8, "rows_per_program": 1}, {"num_warps": 4, "rows_per_program": 1}]
+    assert recommended[:2] == [{"num_warps": 8, "rows_per_program": 1, "chunk": 0},
+                               {"num_warps": 4, "rows_per_program": 1, "chunk": 0}]  # chunk: the default's
     order = choose_configs(configs, recommended)
-    assert order[0] == {"num_warps": 8, "rows_per_program": 1} != configs[0] and sorted(map(str, order)) == sorted(map(str, configs))
+    assert order[0] == {"num_warps": 8, "rows_per_program": 1, "chunk": 0} != configs[0] and sorted(map(str, order)) == sorted(map(str, configs))
 
     def answer(call, files):
         return output if call.name == "search_knowledge" else fake(lambda c: [1.0])(call, files)
