@@ -115,12 +115,18 @@ def _wait(predicate, timeout=120.0, what="the condition"):
 
 
 def _mid_trial(study: Path):
-    """A temporary trial directory with at least one streamed model call (a trial under way)."""
+    """A temporary trial directory with at least one streamed model call and no record yet (a trial
+    under way, not one between writing its record and the rename that commits it)."""
     for tmp in study.glob(".tmp-*"):
         calls = tmp / "model_calls.jsonl"
-        if calls.is_file() and calls.read_text().count("\n") >= 1:
+        if calls.is_file() and calls.read_text().count("\n") >= 1 and not (tmp / "record.json").exists():
             return tmp
     return None
+
+
+def _committed(study: Path) -> list[Path]:
+    """The records of committed trials (pathlib's glob also matches the hidden temporary ones)."""
+    return [p for p in study.glob("*/record.json") if not p.parent.name.startswith(".")]
 
 
 def test_kill_9_of_the_runner_loses_no_finished_record_and_the_next_run_resumes(tmp_path):
@@ -130,8 +136,8 @@ def test_kill_9_of_the_runner_loses_no_finished_record_and_the_next_run_resumes(
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(c), str(tmp_path / "store")], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait(lambda: list(study.glob("*/record.json")) and _mid_trial(study), what="one record and a second trial")
-        first = list(study.glob("*/record.json"))[0].read_bytes()
+        _wait(lambda: _committed(study) and _mid_trial(study), what="one record and a second trial")
+        first = _committed(study)[0].read_bytes()
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
