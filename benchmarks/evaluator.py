@@ -55,7 +55,7 @@ def write_kernels(folder: Path, gpu: bool) -> dict[str, Path]:
     template = RMSNORM_TEMPLATE.read_text()
     for rows, warps in ((1, 8), (4, 8), (2, 16)):
         p = folder / f"triton_r{rows}_w{warps}.py"
-        p.write_text(render(template, {"num_warps": warps, "rows_per_program": rows}))
+        p.write_text(render(template, {"num_warps": warps, "rows_per_program": rows, "chunk": 0}))
         files[f"triton ({rows} rows, {warps} warps)"] = p
     for name, src in EXTRA.items():
         p = folder / f"extra_{len(files)}.py"

@@ -20,13 +20,14 @@ import csv
 import json
 import platform
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from harnesses.mechanisms.profiler import find_ncu  # noqa: E402  (the profiler's search of ncu's install places)
 
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 RANGE = "profiled"
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         cases.append((case[0], case[1], case[2] if len(case) == 3 else None, args.libraries or ()))
     if not cases:
         cases = [(o, s, c, tuple(args.libraries or libs)) for o, s, c, libs in DEFAULT_CASES]
-    ncu = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).is_file()), None)
+    ncu = find_ncu()
     if not torch.cuda.is_available() or ncu is None:
         print("error: this benchmark needs a CUDA GPU and Nsight Compute's ncu on the PATH; run it on such a "
               "machine", file=sys.stderr)

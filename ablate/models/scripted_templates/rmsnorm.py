@@ -54,7 +54,7 @@ def kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     M, N = x.shape
     cfg = SHAPE_CONFIGS.get(f"M={M},N={N}", CONFIG)
     y = torch.empty_like(x)
-    if 0 < cfg.get("chunk", 0) < N:  # a configuration written before chunks existed holds rows whole
+    if 0 < cfg["chunk"] < N:
         warps = min(32, max(cfg["num_warps"], cfg["chunk"] // WARP_COLS))
         _rmsnorm_chunked[(M,)](x, weight, y, N, x.stride(0), EPS, CHUNK=cfg["chunk"], num_warps=warps)
         return y
