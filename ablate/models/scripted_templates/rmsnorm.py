@@ -1,4 +1,4 @@
-# scripted-configs: [{"num_warps": 4, "rows_per_program": 1, "chunk": 0}, {"num_warps": 8, "rows_per_program": 1, "chunk": 0}, {"num_warps": 16, "rows_per_program": 1, "chunk": 0}, {"num_warps": 2, "rows_per_program": 1, "chunk": 0}, {"num_warps": 8, "rows_per_program": 2, "chunk": 0}, {"num_warps": 4, "rows_per_program": 4, "chunk": 0}, {"num_warps": 16, "rows_per_program": 4, "chunk": 0}, {"num_warps": 4, "rows_per_program": 1, "chunk": 1024}, {"num_warps": 8, "rows_per_program": 1, "chunk": 2048}]
+# scripted-configs: [{"num_warps": 4, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 8, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 16, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 2, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 8, "rows_per_program": 2, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 4, "rows_per_program": 4, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 16, "rows_per_program": 4, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 4, "rows_per_program": 1, "chunk": 1024, "stages": 1, "persistent": 0}, {"num_warps": 8, "rows_per_program": 1, "chunk": 2048, "stages": 1, "persistent": 0}]
 """RMSNorm in Triton: one program normalises a [rows_per_program, N] tile, each row whole in
 registers (read once, written once), the sum of squares in float32. Whatever the configuration,
 a program gets at least one warp per 1024 elements of its tile (at most 32 values a thread), so
@@ -13,36 +13,42 @@ import torch
 import triton
 import triton.language as tl
 
-CONFIG = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
+CONFIG = {"num_warps": 4, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 EPS = 1e-6
 
 
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
 @triton.jit
-def _rmsnorm_rows(x_ptr, w_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+def _rmsnorm_rows(x_ptr, w_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+                  STAGES: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     in_row = cols < N
-    mask = (rows[:, None] < M) & in_row[None, :]
     w = tl.load(w_ptr + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    offs = rows[:, None].to(tl.int64) * stride + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
-    tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
+    for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0), num_stages=STAGES):
+        rows = tile * ROWS + tl.arange(0, ROWS)
+        mask = (rows[:, None] < M) & in_row[None, :]
+        offs = rows[:, None].to(tl.int64) * stride + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+        tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _rmsnorm_chunked(x_ptr, w_ptr, y_ptr, N, stride, eps, CHUNK: tl.constexpr):
+def _rmsnorm_chunked(x_ptr, w_ptr, y_ptr, N, stride, eps, CHUNK: tl.constexpr, STAGES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row, y_row = x_ptr + row * stride, y_ptr + row * stride
     cols = tl.arange(0, CHUNK)
     squares = tl.zeros([CHUNK], tl.float32)
-    for start in range(0, N, CHUNK):
+    for start in tl.range(0, N, CHUNK, num_stages=STAGES):
         x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last")
         squares += x.to(tl.float32) * x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(squares, axis=0) / N + eps)
-    for start in range(0, N, CHUNK):
+    for start in tl.range(0, N, CHUNK, num_stages=STAGES):
         mask = start + cols < N
         x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         w = tl.load(w_ptr + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
@@ -56,11 +62,14 @@ def kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x)
     if 0 < cfg["chunk"] < N:
         warps = min(32, max(cfg["num_warps"], cfg["chunk"] // WARP_COLS))
-        _rmsnorm_chunked[(M,)](x, weight, y, N, x.stride(0), EPS, CHUNK=cfg["chunk"], num_warps=warps)
+        _rmsnorm_chunked[(M,)](x, weight, y, N, x.stride(0), EPS, CHUNK=cfg["chunk"], STAGES=cfg["stages"],
+                               num_warps=warps)
         return y
     block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
     warps = min(32, max(cfg["num_warps"], rows * block // WARP_COLS))
-    _rmsnorm_rows[(triton.cdiv(M, rows),)](x, weight, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
-                                           num_warps=warps)
+    tiles = triton.cdiv(M, rows)
+    programs = min(tiles, cfg["persistent"] * _num_sms(x.device)) if cfg["persistent"] else tiles
+    _rmsnorm_rows[(programs,)](x, weight, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block, STAGES=cfg["stages"],
+                               num_warps=warps)
     return y
