@@ -1,13 +1,12 @@
 """Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
 on row widths that are not any operator's eval shapes: a norm's row held whole or looped over in
-chunks; softmax's wide rows streamed in blocks of several sizes; and for both, loops software-
-pipelined by Triton (`stages` > 1: the next tiles' loads issued, through shared memory, while the
-current one is reduced) and persistent programs (`persistent` programs an SM, each looping over
-rows, so that fewer rows are in flight and, pipelined, the next row's load overlaps this one's
-work). (A norm's row held in power-of-two pieces rather than one padded block was measured slower
-at commit 237a8b7 and removed: benchmarks/results/h200-all-ten; so were a wide softmax row split
-over programs that wait for each other, and the streamed second pass taken last block first, at
-e41c3d8: benchmarks/results/h200-counters.)
+chunks (and the templates' rule that loops a row in chunks when its power-of-two block would be
+more than a quarter padding), and for softmax's wide rows, streaming them in blocks of several sizes
+or holding them whole in registers. (Measured slower and removed: a norm's row held in
+power-of-two pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split
+over programs that wait for each other, and the streamed second pass taken last block first,
+e41c3d8, benchmarks/results/h200-counters; loops software-pipelined by Triton and persistent
+programs looping over rows, for all three templates, b8ad3e7, benchmarks/results/h200-chunks.)
 Each variant is checked against the operator's reference, then timed with triton's do_bench (L2
 flushed before each call, median).
 
@@ -26,38 +25,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
-NORM = {"num_warps": 4, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}
-SOFTMAX = {"block": 4096, "num_warps": 4, "max_width": 16384, "stages": 1, "persistent": 0}
-
-
-def _persistence(cfg: dict) -> str:
-    return f"{cfg['persistent']} programs an SM, looping over rows" if cfg["persistent"] else "a program per row"
-
-
+NORM = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
+WHOLE = {"PADDED_FILL": 0.0}  # the padding rule off: rows held whole however padded
 # (operator, shape, label, CONFIG, module attributes to set); no shape here is an eval shape
 CASES = []
-for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 4608}):
+for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 4608}, {"M": 16384, "N": 3072},
+              {"M": 4096, "N": 12288}, {"M": 32768, "N": 1536}):
     for op in ("rmsnorm", "layernorm"):
-        for warps, stages, persistent in ((4, 1, 0), (8, 1, 0), (8, 2, 2), (16, 2, 2), (16, 2, 1), (16, 3, 1)):
-            cfg = dict(NORM, num_warps=warps, stages=stages, persistent=persistent)
-            CASES.append((op, shape, f"whole row, {warps} warps, {stages} stages, {_persistence(cfg)}", cfg, {}))
-        for chunk, warps in ((1024, 4), (1024, 8), (2048, 4), (2048, 8)):
-            for stages in (1, 2, 3):
-                CASES.append((op, shape, f"chunks of {chunk} columns, {warps} warps, {stages} stages, the second read from L2",
-                              dict(NORM, num_warps=warps, chunk=chunk, stages=stages), {}))
+        CASES.append((op, shape, "the default: whole row, 4 warps, unless padded past PADDED_FILL", NORM, {}))
+        for warps in (4, 8):
+            CASES.append((op, shape, f"whole row, {warps} warps, however padded", dict(NORM, num_warps=warps), WHOLE))
+        for chunk, warps in ((1024, 2), (1024, 4), (1024, 8), (2048, 4), (2048, 8), (2048, 16), (4096, 4), (4096, 8),
+                             (4096, 16)):
+            CASES.append((op, shape, f"chunks of {chunk} columns, {warps} warps, the second read from L2",
+                          dict(NORM, num_warps=warps, chunk=chunk), {}))
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}):
-    for block, warps in ((4096, 4), (8192, 8), (16384, 16)):
-        for stages in (1, 3):
-            for persistent in (0, 1, 2):
-                if block == 4096 and persistent == 1:
-                    continue
-                cfg = dict(SOFTMAX, block=block, num_warps=warps, stages=stages, persistent=persistent)
-                CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, {stages} stages, {_persistence(cfg)}",
-                              cfg, {"STREAM_BLOCK_MAX": block}))
-for warps, stages, persistent in ((16, 1, 0), (32, 1, 0), (16, 2, 1), (16, 2, 2), (32, 2, 1)):
-    cfg = dict(SOFTMAX, num_warps=warps, stages=stages, persistent=persistent)
-    CASES.append(("softmax", {"M": 8192, "N": 12288}, f"whole row, {warps} warps, {stages} stages, {_persistence(cfg)}",
-                  cfg, {}))
+    for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32)):
+        CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",
+                      {"block": block, "num_warps": warps, "max_width": 16384}, {"STREAM_BLOCK_MAX": block}))
+    if shape["N"] <= 32768:
+        for cols in (1024, 512):
+            CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",
+                          {"block": 4096, "num_warps": 4, "max_width": 32768}, {"WARP_COLS": cols, "ONE_BLOCK_MAX": 32768}))
 NAMES = sorted({case[0] for case in CASES})
 
 

@@ -1,4 +1,4 @@
-# scripted-configs: [{"num_warps": 4, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 8, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 16, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 2, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 8, "rows_per_program": 2, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 4, "rows_per_program": 4, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 16, "rows_per_program": 4, "chunk": 0, "stages": 1, "persistent": 0}, {"num_warps": 4, "rows_per_program": 1, "chunk": 1024, "stages": 1, "persistent": 0}, {"num_warps": 8, "rows_per_program": 1, "chunk": 2048, "stages": 1, "persistent": 0}]
+# scripted-configs: [{"num_warps": 4, "rows_per_program": 1, "chunk": 0}, {"num_warps": 8, "rows_per_program": 1, "chunk": 0}, {"num_warps": 16, "rows_per_program": 1, "chunk": 0}, {"num_warps": 2, "rows_per_program": 1, "chunk": 0}, {"num_warps": 8, "rows_per_program": 2, "chunk": 0}, {"num_warps": 4, "rows_per_program": 4, "chunk": 0}, {"num_warps": 16, "rows_per_program": 4, "chunk": 0}, {"num_warps": 4, "rows_per_program": 1, "chunk": 1024}, {"num_warps": 4, "rows_per_program": 1, "chunk": 2048}, {"num_warps": 8, "rows_per_program": 1, "chunk": 2048}]
 """RMSNorm in Triton: one program normalises a [rows_per_program, N] tile, each row whole in
 registers (read once, written once), the sum of squares in float32. Whatever the configuration,
 a program gets at least one warp per 1024 elements of its tile (at most 32 values a thread), so
@@ -8,47 +8,48 @@ twice: the sum of squares, then the output, the second read from L2 (the first a
 the row). Far fewer registers a thread, so an SM holds more rows in flight: on the H200 the
 whole-row kernel at N=5120 held three programs an SM (37.5% occupancy, bound by registers) and
 reached 62.5% of DRAM bandwidth where torch.compile's chunked loop reached 70.5%
-(benchmarks/results/h200-counters)."""
+(benchmarks/results/h200-counters).
+A row that would leave more than a quarter of its power-of-two block masked (PADDED_FILL; 5120
+columns fill 62.5% of 8192 lanes) is looped over in chunks of PAD_CHUNK columns, PAD_WARPS warps,
+under a configuration that holds rows whole: on the H200, at widths no eval shape has, the chunked
+loop was faster than the padded whole row at 4608 and 6144 columns and no slower at 8192
+(benchmarks/results/h200-chunks)."""
 import torch
 import triton
 import triton.language as tl
 
-CONFIG = {"num_warps": 4, "rows_per_program": 1, "chunk": 0, "stages": 1, "persistent": 0}
+CONFIG = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
+PADDED_FILL = 0.75  # a row filling no more of its power-of-two block than this is looped in chunks
+PAD_CHUNK, PAD_WARPS = 1024, 4
 EPS = 1e-6
 
 
-def _num_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-
-
 @triton.jit
-def _rmsnorm_rows(x_ptr, w_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr,
-                  STAGES: tl.constexpr):
+def _rmsnorm_rows(x_ptr, w_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     in_row = cols < N
+    mask = (rows[:, None] < M) & in_row[None, :]
     w = tl.load(w_ptr + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    for tile in tl.range(tl.program_id(0), tl.cdiv(M, ROWS), tl.num_programs(0), num_stages=STAGES):
-        rows = tile * ROWS + tl.arange(0, ROWS)
-        mask = (rows[:, None] < M) & in_row[None, :]
-        offs = rows[:, None].to(tl.int64) * stride + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
-        tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
+    offs = rows[:, None].to(tl.int64) * stride + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+    tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _rmsnorm_chunked(x_ptr, w_ptr, y_ptr, N, stride, eps, CHUNK: tl.constexpr, STAGES: tl.constexpr):
+def _rmsnorm_chunked(x_ptr, w_ptr, y_ptr, N, stride, eps, CHUNK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row, y_row = x_ptr + row * stride, y_ptr + row * stride
     cols = tl.arange(0, CHUNK)
     squares = tl.zeros([CHUNK], tl.float32)
-    for start in tl.range(0, N, CHUNK, num_stages=STAGES):
+    for start in range(0, N, CHUNK):
         x = tl.load(x_row + start + cols, mask=start + cols < N, other=0.0, eviction_policy="evict_last")
         squares += x.to(tl.float32) * x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(squares, axis=0) / N + eps)
-    for start in tl.range(0, N, CHUNK, num_stages=STAGES):
+    for start in range(0, N, CHUNK):
         mask = start + cols < N
         x = tl.load(x_row + start + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
         w = tl.load(w_ptr + start + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
@@ -60,16 +61,15 @@ def kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     M, N = x.shape
     cfg = SHAPE_CONFIGS.get(f"M={M},N={N}", CONFIG)
     y = torch.empty_like(x)
+    block = triton.next_power_of_2(N)
+    if not cfg["chunk"] and PAD_CHUNK < N <= block * PADDED_FILL:
+        cfg = {**cfg, "chunk": PAD_CHUNK, "num_warps": PAD_WARPS}
     if 0 < cfg["chunk"] < N:
         warps = min(32, max(cfg["num_warps"], cfg["chunk"] // WARP_COLS))
-        _rmsnorm_chunked[(M,)](x, weight, y, N, x.stride(0), EPS, CHUNK=cfg["chunk"], STAGES=cfg["stages"],
-                               num_warps=warps)
+        _rmsnorm_chunked[(M,)](x, weight, y, N, x.stride(0), EPS, CHUNK=cfg["chunk"], num_warps=warps)
         return y
-    block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
     warps = min(32, max(cfg["num_warps"], rows * block // WARP_COLS))
-    tiles = triton.cdiv(M, rows)
-    programs = min(tiles, cfg["persistent"] * _num_sms(x.device)) if cfg["persistent"] else tiles
-    _rmsnorm_rows[(programs,)](x, weight, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block, STAGES=cfg["stages"],
-                               num_warps=warps)
+    _rmsnorm_rows[(triton.cdiv(M, rows),)](x, weight, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
+                                           num_warps=warps)
     return y

@@ -1,4 +1,4 @@
-# scripted-configs: [{"block": 4096, "num_warps": 8, "max_width": 16384, "stages": 1, "persistent": 0}, {"block": 4096, "num_warps": 4, "max_width": 16384, "stages": 1, "persistent": 0}, {"block": 8192, "num_warps": 16, "max_width": 16384, "stages": 1, "persistent": 0}, {"block": 16384, "num_warps": 16, "max_width": 16384, "stages": 1, "persistent": 0}, {"block": 2048, "num_warps": 8, "max_width": 16384, "stages": 1, "persistent": 0}, {"block": 8192, "num_warps": 16, "max_width": 8192, "stages": 1, "persistent": 0}, {"block": 16384, "num_warps": 32, "max_width": 16384, "stages": 1, "persistent": 0}, {"block": 2048, "num_warps": 8, "max_width": 2048, "stages": 1, "persistent": 0}, {"block": 1024, "num_warps": 4, "max_width": 1024, "stages": 1, "persistent": 0}]
+# scripted-configs: [{"block": 4096, "num_warps": 8, "max_width": 16384}, {"block": 4096, "num_warps": 4, "max_width": 16384}, {"block": 8192, "num_warps": 16, "max_width": 16384}, {"block": 16384, "num_warps": 16, "max_width": 16384}, {"block": 2048, "num_warps": 8, "max_width": 16384}, {"block": 8192, "num_warps": 16, "max_width": 8192}, {"block": 16384, "num_warps": 32, "max_width": 16384}, {"block": 2048, "num_warps": 8, "max_width": 2048}, {"block": 1024, "num_warps": 4, "max_width": 1024}]
 """Row softmax in Triton, one program per row, in float32 with exp2.
 - A row of up to `max_width` (at most ONE_BLOCK_MAX) columns stays whole in registers: read
   once, written once (at least one warp per WARP_COLS columns, so no row spills).
@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-CONFIG = {"block": 4096, "num_warps": 8, "max_width": 16384, "stages": 1, "persistent": 0}
+CONFIG = {"block": 4096, "num_warps": 8, "max_width": 16384}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 ONE_BLOCK_MAX = 16384
@@ -28,43 +28,38 @@ STREAM_BLOCK_MAX = 16384
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
-def _num_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-
-
 @triton.jit
-def _softmax_row(x_ptr, y_ptr, M, N, stride, BLOCK: tl.constexpr, STAGES: tl.constexpr):
+def _softmax_row(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < N
-    for row in tl.range(tl.program_id(0), M, tl.num_programs(0), num_stages=STAGES):
-        offs = tl.cast(row, tl.int64) * stride + cols
-        x = tl.load(x_ptr + offs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
-        x = x.to(tl.float32) * LOG2E
-        e = tl.exp2(x - tl.max(x, axis=0))
-        tl.store(y_ptr + offs, (e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty), mask=mask)
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+    x = x.to(tl.float32) * LOG2E
+    e = tl.exp2(x - tl.max(x, axis=0))
+    tl.store(y_ptr + row * stride + cols, (e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _softmax_streamed(x_ptr, y_ptr, M, N, stride, BLOCK: tl.constexpr, STAGES: tl.constexpr):
+def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride
+    y_row = y_ptr + row * stride
     cols = tl.arange(0, BLOCK)
-    for row in tl.range(tl.program_id(0), M, tl.num_programs(0)):
-        x_row = x_ptr + tl.cast(row, tl.int64) * stride
-        y_row = y_ptr + tl.cast(row, tl.int64) * stride
-        m = -float("inf")  # running maximum (log2 units) and the sum of 2^(x - m)
-        s = 0.0
-        for start in tl.range(0, N, BLOCK, num_stages=STAGES):
-            mask = start + cols < N
-            x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_last")
-            x = x.to(tl.float32) * LOG2E
-            m_new = tl.maximum(m, tl.max(x, axis=0))  # finite: every block holds one column at least
-            s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), axis=0)
-            m = m_new
-        inv = 1.0 / s
-        for start in tl.range(0, N, BLOCK, num_stages=STAGES):
-            mask = start + cols < N
-            x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_first")
-            y = tl.exp2(x.to(tl.float32) * LOG2E - m) * inv
-            tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+    m = -float("inf")  # running maximum (log2 units) and the sum of 2^(x - m)
+    s = 0.0
+    for start in range(0, N, BLOCK):
+        mask = start + cols < N
+        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_last")
+        x = x.to(tl.float32) * LOG2E
+        m_new = tl.maximum(m, tl.max(x, axis=0))  # finite: every block holds one column at least
+        s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), axis=0)
+        m = m_new
+    inv = 1.0 / s
+    for start in range(0, N, BLOCK):
+        mask = start + cols < N
+        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+        y = tl.exp2(x.to(tl.float32) * LOG2E - m) * inv
+        tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
 
 
 def kernel(x: torch.Tensor) -> torch.Tensor:
@@ -73,12 +68,11 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
     cfg = SHAPE_CONFIGS.get(f"M={M},N={N}", CONFIG)
     y = torch.empty_like(x)
     width = triton.next_power_of_2(N)
-    programs = min(M, cfg["persistent"] * _num_sms(x.device)) if cfg["persistent"] else M
     if width <= min(cfg["max_width"], ONE_BLOCK_MAX):
         warps = min(32, max(cfg["num_warps"], width // WARP_COLS))
-        _softmax_row[(programs,)](x, y, M, N, x.stride(0), BLOCK=width, STAGES=cfg["stages"], num_warps=warps)
+        _softmax_row[(M,)](x, y, N, x.stride(0), BLOCK=width, num_warps=warps)
     else:
         block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
         warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
-        _softmax_streamed[(programs,)](x, y, M, N, x.stride(0), BLOCK=block, STAGES=cfg["stages"], num_warps=warps)
+        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, num_warps=warps)
     return y
