@@ -194,3 +194,32 @@ def test_a_shape_in_the_dispatch_table_launches_its_configuration(name, monkeypa
     assert launches(table, target) == launches(render(source, other), target) != default
     for shape in shapes[:-1]:
         assert launches(table, shape) == launches(render(source, configs[0]), shape)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "layernorm"])
+def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_under_a_whole_row_configuration(name, monkeypatch):
+    """The norms' width rule (benchmarks/results/h200-chunks): a whole-row configuration loops rows
+    wider than LOOP_ABOVE in chunks of LOOP_CHUNK at LOOP_WARPS, keeps narrower rows whole, and a
+    configuration that names its own chunk is left as it is."""
+    from triton.runtime.jit import JITFunction
+
+    from operators._operator import load_module
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import template_aot as aot
+
+    monkeypatch.setattr(JITFunction, "run", aot._record)
+    op = operators.get(name)
+    mod = load_module(TEMPLATES / f"{name}.py", f"loop_above_{name}")
+
+    def launch(config, n):
+        mod.CONFIG = config
+        aot._launches.clear()
+        mod.kernel(*aot.meta_inputs(op, {"M": 4, "N": n, "dtype": "bfloat16"}))
+        (fn, _, kw), = aot._launches
+        return fn.__name__, kw.get("CHUNK"), kw["num_warps"]
+
+    whole = {"num_warps": 2, "rows_per_program": 1, "chunk": 0}
+    assert launch(whole, mod.LOOP_ABOVE) == (f"_{name}_rows", None, 4)  # 4096 columns: one warp per 1024
+    assert launch(whole, mod.LOOP_ABOVE + 16) == (f"_{name}_chunked", mod.LOOP_CHUNK, mod.LOOP_WARPS)
+    assert launch(dict(whole, chunk=1024), 5120) == (f"_{name}_chunked", 1024, 2)

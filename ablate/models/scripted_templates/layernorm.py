@@ -10,11 +10,11 @@ Chan's formula, so the variance is never E[x^2] - E[x]^2. Far fewer registers a 
 holds more rows in flight: on the H200 the whole-row kernel held three programs an SM (37.5%
 occupancy, bound by registers) and reached 51-76% of DRAM bandwidth where torch.compile's chunked
 loop reached 58-84% (benchmarks/results/h200-counters).
-A row that would leave more than a quarter of its power-of-two block masked (PADDED_FILL; 5120
-columns fill 62.5% of 8192 lanes) is looped over in chunks of PAD_CHUNK columns, PAD_WARPS warps,
-under a configuration that holds rows whole: on the H200, at widths no eval shape has, the chunked
-loop was faster than the padded whole row at 4608 and 6144 columns and no slower at 8192
-(benchmarks/results/h200-chunks)."""
+Rows wider than LOOP_ABOVE columns are looped over in chunks of LOOP_CHUNK columns at LOOP_WARPS
+warps under a configuration that holds rows whole: on the H200, at widths no eval shape has
+(4608, 6144, 8192, 12288; benchmarks/results/h200-chunks), that chunking was the fastest against
+the whole row, 1.069x (worst 0.989x) in geomean, of those within the 2% noise of it at every width; at 1536 and
+3072 columns the whole row was as fast or faster."""
 import torch
 import triton
 import triton.language as tl
@@ -22,8 +22,7 @@ import triton.language as tl
 CONFIG = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
-PADDED_FILL = 0.75  # a row filling no more of its power-of-two block than this is looped in chunks
-PAD_CHUNK, PAD_WARPS = 2048, 4
+LOOP_ABOVE, LOOP_CHUNK, LOOP_WARPS = 4096, 2048, 4  # under a whole-row configuration, wider rows are looped in chunks
 EPS = 1e-5
 
 
@@ -75,13 +74,13 @@ def kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
     M, N = x.shape
     cfg = SHAPE_CONFIGS.get(f"M={M},N={N}", CONFIG)
     y = torch.empty_like(x)
-    block = triton.next_power_of_2(N)
-    if not cfg["chunk"] and PAD_CHUNK < N <= block * PADDED_FILL:
-        cfg = {**cfg, "chunk": PAD_CHUNK, "num_warps": PAD_WARPS}
+    if not cfg["chunk"] and N > LOOP_ABOVE:
+        cfg = {**cfg, "chunk": LOOP_CHUNK, "num_warps": LOOP_WARPS}
     if 0 < cfg["chunk"] < N:
         warps = min(32, max(cfg["num_warps"], cfg["chunk"] // WARP_COLS))
         _layernorm_chunked[(M,)](x, weight, bias, y, N, x.stride(0), EPS, CHUNK=cfg["chunk"], num_warps=warps)
         return y
+    block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
     warps = min(32, max(cfg["num_warps"], rows * block // WARP_COLS))
     _layernorm_rows[(triton.cdiv(M, rows),)](x, weight, bias, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
