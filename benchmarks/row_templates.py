@@ -10,7 +10,7 @@ programs looping over rows, for all three templates, b8ad3e7, benchmarks/results
 Each variant is checked against the operator's reference, then timed with triton's do_bench (L2
 flushed before each call, median).
 
-    python -m benchmarks.row_templates --out DIR [--ms 100] [--operators rmsnorm layernorm softmax]
+    python -m benchmarks.row_templates --out DIR [--ms 100] [--operators rmsnorm layernorm softmax] [--widths N ...]
 
 Writes DIR/row_templates.md and DIR/row_templates.json. Needs a CUDA GPU."""
 from __future__ import annotations
@@ -30,7 +30,8 @@ WHOLE = {"LOOP_ABOVE": 1 << 30}  # the width rule off: rows held whole however w
 # (operator, shape, label, CONFIG, module attributes to set); no shape here is an eval shape
 CASES = []
 for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 4608}, {"M": 16384, "N": 3072},
-              {"M": 4096, "N": 12288}, {"M": 32768, "N": 1536}):
+              {"M": 4096, "N": 12288}, {"M": 32768, "N": 1536}, {"M": 16384, "N": 3584}, {"M": 8192, "N": 7680},
+              {"M": 4096, "N": 14336}):
     for op in ("rmsnorm", "layernorm"):
         CASES.append((op, shape, "the default: whole row, 4 warps, looped in chunks above LOOP_ABOVE", NORM, {}))
         for warps in (4, 8):
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--ms", type=float, default=100.0, help="do_bench's repetition time per variant, ms")
     ap.add_argument("--operators", nargs="+", default=NAMES, choices=NAMES, help="measure only these templates' variants")
+    ap.add_argument("--widths", nargs="+", type=int, metavar="N", help="measure only the shapes of these row widths")
     args = ap.parse_args(argv)
     import torch
     import triton
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     props = torch.cuda.get_device_properties(0)
     rows = []
     for i, (name, shape, label, cfg, attrs) in enumerate(CASES):
-        if name not in args.operators:
+        if name not in args.operators or (args.widths and shape["N"] not in args.widths):
             continue
         op = operators.get(name)
         shape = {**shape, "dtype": "bfloat16"}

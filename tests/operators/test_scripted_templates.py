@@ -46,26 +46,52 @@ def configs_of(name):
     return json.loads((TEMPLATES / f"{name}.py").read_text().splitlines()[0].removeprefix("# scripted-configs:"))
 
 
-@pytest.fixture(scope="module")
-def interpreted():
-    """One interpreter process for all templates (TRITON_INTERPRET must precede importing triton)."""
-    proc = subprocess.run([sys.executable, str(HERE / "template_runner.py"), "--plan", json.dumps(INTERPRETED)],
-                          capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+HEAVY = ("topk",)  # its interpreter run takes about as long as all the others together: a process of its own
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    """The default configuration of every template, compiled for sm_90 on every eval shape."""
+def _has_sm90_compiler() -> bool:
     import triton
 
-    if not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump").is_file():
+    return (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump").is_file()
+
+
+@pytest.fixture(scope="module")
+def started():
+    """The interpreter runs (TRITON_INTERPRET must precede importing triton: processes of their own,
+    the heavy template apart) and the sm_90 compile check, started together so that on a machine of
+    few cores they overlap instead of queueing."""
+    def start(*args):
+        return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    plans = [{k: v for k, v in INTERPRETED.items() if (k in HEAVY) == heavy} for heavy in (True, False)]
+    procs = {"interpreted": [start(str(HERE / "template_runner.py"), "--plan", json.dumps(plan)) for plan in plans],
+             "compiled": [start(str(HERE / "template_aot.py"), *OURS)] if _has_sm90_compiler() else []}
+    yield procs
+    for proc in procs["interpreted"] + procs["compiled"]:
+        proc.kill()
+        proc.communicate()
+
+
+def _results(procs) -> dict:
+    merged = {}
+    for proc in procs:
+        out, err = proc.communicate(timeout=280)
+        assert proc.returncode == 0, err[-3000:]
+        merged.update(json.loads(out.strip().splitlines()[-1]))
+    return merged
+
+
+@pytest.fixture(scope="module")
+def interpreted(started):
+    return _results(started["interpreted"])
+
+
+@pytest.fixture(scope="module")
+def compiled(started):
+    """The default configuration of every template, compiled for sm_90 on every eval shape."""
+    if not started["compiled"]:
         pytest.skip("this Triton has no NVIDIA backend (ptxas, cuobjdump) to compile for sm_90 with")
-    proc = subprocess.run([sys.executable, str(HERE / "template_aot.py"), *OURS], capture_output=True, text=True,
-                          timeout=280)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _results(started["compiled"])
 
 
 def test_every_operator_has_a_template():
