@@ -13,7 +13,8 @@ Rows wider than LOOP_ABOVE columns are looped over in chunks of LOOP_CHUNK colum
 warps under a configuration that holds rows whole: on the H200, at widths no eval shape has
 (4608, 6144, 8192, 12288; benchmarks/results/h200-chunks), that chunking was the fastest against
 the whole row, 1.057x (worst 1.006x) in geomean, of those within the 2% noise of it at every width; at 1536 and
-3072 columns the whole row was as fast or faster."""
+3072 columns the whole row was as fast or faster, and at 14336 (7/8 of its block, measured
+later) 2% faster: a row close to a power of two may be better whole."""
 import torch
 import triton
 import triton.language as tl
