@@ -145,8 +145,8 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
     cand, judge_ok, zygote_ok = None, False, True
     source_fd = _channel.write_sealed("submission", [data])
     try:
+        t0 = time.monotonic()  # before the send: the judge starts its setup on receiving it
         judge.send("request", fds=[source_fd], cfg=req)
-        t0 = time.monotonic()
         ready = _answer(judge, progress)
         if ready.get("kind") == "error":
             judge_ok = True  # a bad request; the judge itself is fine

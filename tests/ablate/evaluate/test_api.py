@@ -32,7 +32,8 @@ def test_honest_triton_kernel_is_accepted_with_the_full_contract(judged):
     assert r["geomean_speedup"] > 0 and r["seconds"] > 0
     ph = r["phase_seconds"]  # the judge's setup, and where it went
     assert {"judge_ceilings", "judge_envelopes", "judge_baselines"} <= set(ph) and ph["judge_baselines"] > 0
-    assert ph["judge_ceilings"] + ph["judge_envelopes"] + ph["judge_baselines"] <= ph["judge_ready"]
+    # the parts lie inside the whole (its clock starts before the request is sent); each is rounded to 1 ms
+    assert ph["judge_ceilings"] + ph["judge_envelopes"] + ph["judge_baselines"] <= ph["judge_ready"] + 0.002
 
 
 def test_same_seed_same_inputs_fresh_seed_otherwise(judged):
