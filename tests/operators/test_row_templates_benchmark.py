@@ -35,3 +35,11 @@ def test_it_names_the_templates_it_can_measure(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--out", str(tmp_path), "--operators", "gemm"])
     assert "invalid choice: 'gemm'" in capsys.readouterr().err
+
+
+def test_a_width_it_does_not_measure_is_one_line_naming_the_ones_it_does(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path), "--operators", "rmsnorm", "--widths", "5120"])
+    err = capsys.readouterr().err
+    assert "no variant of rmsnorm has a row width in [5120]" in err and "8192" in err
+    assert not (tmp_path / "row_templates.md").exists()
