@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--widths", nargs="+", type=int, metavar="N", help="measure only the shapes of these row widths")
     args = ap.parse_args(argv)
     known = sorted({case[1]["N"] for case in CASES if case[0] in args.operators})
-    if args.widths and not set(args.widths) & set(known):
-        ap.error(f"no variant of {' '.join(args.operators)} has a row width in {args.widths}; widths measured: {known}")
+    if args.widths and set(args.widths) - set(known):
+        ap.error(f"no variant of {' '.join(args.operators)} has a row width in {sorted(set(args.widths) - set(known))}; "
+                 f"widths measured: {known}")
     import torch
     import triton
     from triton.testing import do_bench
