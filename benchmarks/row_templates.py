@@ -1,7 +1,7 @@
 """Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
 on row widths that are not any operator's eval shapes: a norm's row held whole or looped over in
 chunks of several sizes and warps (the norm templates' rule, which loops rows wider than LOOP_ABOVE
-in chunks, among them), and for softmax's wide rows, streaming them in blocks of several sizes
+in chunks scaled to the row's width, among them), and for softmax's wide rows, streaming them in blocks of several sizes
 or holding them whole in registers. (Measured slower and removed: a norm's row held in
 power-of-two pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split
 over programs that wait for each other, and the streamed second pass taken last block first,
@@ -27,19 +27,20 @@ sys.path.insert(0, str(ROOT))
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 NORM = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
 WHOLE = {"LOOP_ABOVE": 1 << 30}  # the width rule off: rows held whole however wide
+LITERAL = {"CHUNK_REF": 1 << 30}  # the scaling off: chunks of the configuration's columns however wide the row
 # (operator, shape, label, CONFIG, module attributes to set); no shape here is an eval shape
 CASES = []
 for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 4608}, {"M": 16384, "N": 3072},
               {"M": 4096, "N": 12288}, {"M": 32768, "N": 1536}, {"M": 16384, "N": 3584}, {"M": 8192, "N": 7680},
               {"M": 4096, "N": 14336}):
     for op in ("rmsnorm", "layernorm"):
-        CASES.append((op, shape, "the default: whole row, 4 warps, looped in chunks above LOOP_ABOVE", NORM, {}))
+        CASES.append((op, shape, "the default: whole row, 4 warps; above LOOP_ABOVE chunks scaled to the row", NORM, {}))
         for warps in (4, 8):
             CASES.append((op, shape, f"whole row, {warps} warps, however wide", dict(NORM, num_warps=warps), WHOLE))
         for chunk, warps in ((1024, 2), (1024, 4), (1024, 8), (2048, 4), (2048, 8), (2048, 16), (4096, 4), (4096, 8),
                              (4096, 16)):
             CASES.append((op, shape, f"chunks of {chunk} columns, {warps} warps, the second read from L2",
-                          dict(NORM, num_warps=warps, chunk=chunk), {}))
+                          dict(NORM, num_warps=warps, chunk=chunk), LITERAL))
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}):
     for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32)):
         CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",

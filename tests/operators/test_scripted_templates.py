@@ -223,10 +223,12 @@ def test_a_shape_in_the_dispatch_table_launches_its_configuration(name, monkeypa
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "layernorm"])
-def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_under_a_whole_row_configuration(name, monkeypatch):
-    """The norms' width rule (benchmarks/results/h200-chunks): a whole-row configuration loops rows
-    wider than LOOP_ABOVE in chunks of LOOP_CHUNK at LOOP_WARPS, keeps narrower rows whole, and a
-    configuration that names its own chunk is left as it is."""
+def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_scaled_to_its_width(name, monkeypatch):
+    """The norms' width rules (benchmarks/results/h200-chunks): a whole-row configuration loops rows
+    wider than LOOP_ABOVE in chunks of LOOP_CHUNK at LOOP_WARPS and keeps narrower rows whole; a
+    configuration that names its own chunk keeps it up to twice CHUNK_REF columns; a row 2^k times
+    wider than CHUNK_REF takes chunks 2^k times larger (RMSNorm: and 2^k times the warps), and a
+    chunk scaled to the whole row is the whole row."""
     from triton.runtime.jit import JITFunction
 
     from operators._operator import load_module
@@ -246,6 +248,13 @@ def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_under_a_whole_row_
         return fn.__name__, kw.get("CHUNK"), kw["num_warps"]
 
     whole = {"num_warps": 2, "rows_per_program": 1, "chunk": 0}
+    chunked = f"_{name}_chunked"
+    warps_scale = 2 if name == "rmsnorm" else 1  # layernorm's chunks reduce across warps twice: its warps stay
     assert launch(whole, mod.LOOP_ABOVE) == (f"_{name}_rows", None, 4)  # 4096 columns: one warp per 1024
-    assert launch(whole, mod.LOOP_ABOVE + 16) == (f"_{name}_chunked", mod.LOOP_CHUNK, mod.LOOP_WARPS)
-    assert launch(dict(whole, chunk=1024), 5120) == (f"_{name}_chunked", 1024, 2)
+    assert launch(whole, mod.LOOP_ABOVE + 16) == (chunked, mod.LOOP_CHUNK, mod.LOOP_WARPS)
+    assert launch(dict(whole, chunk=1024), 5120) == (chunked, 1024, 2)
+    assert launch(dict(whole, chunk=1024), 2 * mod.CHUNK_REF - 16) == (chunked, 1024, 2)
+    assert launch(dict(whole, chunk=1024), 2 * mod.CHUNK_REF + 3000) == (chunked, 2048, 2 * warps_scale)
+    assert launch(whole, 2 * mod.CHUNK_REF) == (chunked, 2 * mod.LOOP_CHUNK, mod.LOOP_WARPS * warps_scale)
+    assert launch(dict(whole, chunk=1024), 4 * mod.CHUNK_REF + 16) == (chunked, 4096, 4 * warps_scale)
+    assert launch(dict(whole, chunk=4096), 2 * mod.CHUNK_REF) == (f"_{name}_rows", None, 8)  # 8192 columns whole

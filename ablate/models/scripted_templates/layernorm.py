@@ -14,8 +14,15 @@ Rows wider than LOOP_ABOVE columns are looped over in chunks of LOOP_CHUNK colum
 warps under a configuration that holds rows whole: on the H200, at widths no eval shape has
 (4608, 6144, 8192, 12288; benchmarks/results/h200-chunks), that chunking was the fastest against
 the whole row, 1.069x (worst 0.989x) in geomean, of those within the 2% noise of it at every width; at 1536 and
-3072 columns the whole row was as fast or faster, and at 14336 (7/8 of its block, measured
-later) 15% faster: a row close to a power of two may be better whole."""
+3072 columns the whole row was as fast or faster.
+A chunking is written for rows of CHUNK_REF columns: a row wider by a power of two (or more)
+takes chunks as many times larger at the same warps, so that the row takes as many chunks. The
+warps stay: each chunk is reduced across the program twice (its mean, then its deviations), and
+those reductions synchronise the warps, so fewer, larger chunks at few warps cost less. In the
+same runs, chunks of 4096 at 4 warps ran at 1.06x, 1.12x and 1.09x the speed of 2048 at 4 at
+8192, 12288 and 14336 columns (4096 at 8 warps: 1.02x, 1.15x and 1.10x). The whole row was
+still 1.06x the speed of that at 14336 columns (7/8 of its block): a row close to a power of two
+may be better whole."""
 import torch
 import triton
 import triton.language as tl
@@ -24,6 +31,7 @@ CONFIG = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
 SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 LOOP_ABOVE, LOOP_CHUNK, LOOP_WARPS = 4096, 2048, 4  # under a whole-row configuration, wider rows are looped in chunks
+CHUNK_REF = 4096  # the row width a chunking is written for: rows 2^k times wider take chunks 2^k times larger
 EPS = 1e-5
 
 
@@ -77,9 +85,10 @@ def kernel(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
     y = torch.empty_like(x)
     if not cfg["chunk"] and N > LOOP_ABOVE:
         cfg = {**cfg, "chunk": LOOP_CHUNK, "num_warps": LOOP_WARPS}
-    if 0 < cfg["chunk"] < N:
-        warps = min(32, max(cfg["num_warps"], cfg["chunk"] // WARP_COLS))
-        _layernorm_chunked[(M,)](x, weight, bias, y, N, x.stride(0), EPS, CHUNK=cfg["chunk"], num_warps=warps)
+    chunk = cfg["chunk"] * max(1, (1 << (N.bit_length() - 1)) // CHUNK_REF)
+    if 0 < chunk < N:
+        warps = min(32, max(cfg["num_warps"], chunk // WARP_COLS))
+        _layernorm_chunked[(M,)](x, weight, bias, y, N, x.stride(0), EPS, CHUNK=chunk, num_warps=warps)
         return y
     block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
