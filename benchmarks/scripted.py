@@ -1,7 +1,8 @@
 """What the scripted policy reaches against the best library, per operator and eval shape (a GPU run).
 
     python -m benchmarks.scripted --out DIR [--operators rmsnorm gemm ...] [--budget default]
-    python -m benchmarks.scripted --out DIR --merge A/results.json B/results.json   # one table of several runs
+    python -m benchmarks.scripted --out DIR --merge A/results.json B/results.json   # one table of several runs:
+                                                        # an operator in both is A's, and the table says so
     python -m benchmarks.scripted --out DIR --store STORE --report-only   # the table of the trials in STORE
 
 Runs the goal_only arm of the published study (`python -m ablate study=justgoal +model=scripted
@@ -173,6 +174,33 @@ def _device_name(device) -> str:
     return (device.get("name") if isinstance(device, dict) else device) or "device unknown"
 
 
+def merge(out: Path, files: list[Path]) -> int:
+    """One table of several runs. An operator in more than one file is taken from the first that has
+    it (list the newer run first); the table names each operator's file and every result left out."""
+    rows, ops, metas, sources, left_out = [], {}, [], {}, []
+    for f in files:
+        try:
+            d = json.loads(f.read_text())
+            d["operators"], d["shapes"], d["meta"]  # noqa: B018 - what a results.json of this benchmark has
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"error: --merge {f}: not a results.json written by this benchmark ({type(e).__name__}: {e}); "
+                  "give the results.json files of earlier runs", file=sys.stderr)
+            return 2
+        for name in d["operators"]:
+            if name in ops:
+                left_out.append(f"{name} from {f} (taken from {sources[name]})")
+        rows += [r for r in d["shapes"] if r["operator"] not in ops]
+        sources.update({k: str(f) for k in d["operators"] if k not in ops})
+        ops.update({k: v for k, v in d["operators"].items() if k not in ops})
+        metas.append(d["meta"])
+    for line in left_out:
+        log(f"left out: {line}")
+    write(out, rows, ops, {**metas[0], "command": " + ".join(m.get("command", "") for m in metas),
+                           "seconds": sum(m.get("seconds", 0) for m in metas),
+                           "merged": {"sources": sources, "left_out": left_out}})
+    return 0
+
+
 def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
     lines = ["# The scripted policy against the best library, per eval shape", "",
              f"{_device_name(meta.get('device'))}; {meta.get('versions', '')}; {meta.get('date', '')}.",
@@ -200,6 +228,10 @@ def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
                      f"| {_f(r['floor_ms'], '.4f')} "
                      f"| {'yes' if r['dispatched'] else ''} |")
     lines += _not_timed(ops)
+    if meta.get("merged"):
+        merged = meta["merged"]
+        lines += ["", "## Merged from", ""] + [f"- {n}: {f}" for n, f in merged["sources"].items()]
+        lines += [f"- left out (an operator already taken): {line}" for line in merged["left_out"]]
     rejected = {n: o for n, o in ops.items() if o["verdict"] != "accepted"}
     if rejected:
         lines += ["", "## Why rejected", ""] + [f"- {n}: {json.dumps(o['details'])[:1500]}" for n, o in rejected.items()]
@@ -270,18 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report-only", action="store_true", help="run nothing: write the table of the trials already "
                    "in --store (a run that was killed before it wrote its table)")
     p.add_argument("--merge", nargs="+", type=Path, metavar="RESULTS_JSON",
-                   help="write one table from earlier runs' results.json files instead of running anything")
+                   help="write one table from earlier runs' results.json files instead of running anything; an "
+                   "operator in several is taken from the first (list the newest first), and the table says so")
     a = p.parse_args(argv)
     if a.merge:
-        rows, ops, metas = [], {}, []
-        for f in a.merge:
-            d = json.loads(f.read_text())
-            rows += [r for r in d["shapes"] if r["operator"] not in ops]
-            ops.update({k: v for k, v in d["operators"].items() if k not in ops})
-            metas.append(d["meta"])
-        write(a.out, rows, ops, {**metas[0], "command": " + ".join(m.get("command", "") for m in metas),
-                                 "seconds": sum(m.get("seconds", 0) for m in metas)})
-        return 0
+        return merge(a.out, a.merge)
     unknown = [o for o in a.operators if o not in registry.REGISTRY]
     if unknown:
         p.error(f"unknown operator(s) {', '.join(unknown)}; valid: {', '.join(registry.REGISTRY)}")

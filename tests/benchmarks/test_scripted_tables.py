@@ -34,3 +34,35 @@ def test_the_versions_line_says_when_an_installed_library_does_not_load(monkeypa
                         lambda name: "0.6.5" if name == "quack-kernels" else real(name))
     line = scripted.versions()
     assert "quack-kernels 0.6.5 (FAILS TO IMPORT: quack-kernels " in line
+
+
+def _results(path, ops, command):
+    shapes = [{"operator": n, "shape": "M=1,N=1", "correct": True, "ms": 1.0, "best_library": "torch",
+               "library_ms": 1.0, "ratio": 1.0, "sol_fraction": None, "floor_ms": None, "dispatched": False} for n in ops]
+    path.write_text(scripted.json.dumps({"meta": {"command": command, "seconds": 1}, "operators": ops, "shapes": shapes}))
+    return path
+
+
+def test_a_merge_names_each_operators_file_and_the_results_it_left_out(tmp_path, capsys):
+    """Merging runs that both measured an operator keeps the first file's: a stale result silently
+    winning over a newer one would be a wrong number nobody sees, so the table and the log say which."""
+    new = _results(tmp_path / "new.json", {"rmsnorm": _op({})}, "new run")
+    old = _results(tmp_path / "old.json", {"rmsnorm": dict(_op({}), geomean_ratio=0.5), "rope": _op({})}, "old run")
+    assert scripted.main(["--out", str(tmp_path / "m"), "--merge", str(new), str(old)]) == 0
+    md = (tmp_path / "m" / "results.md").read_text()
+    assert "| rmsnorm | memory-bound | accepted | 2.000 |" in md and "0.500" not in md
+    merged = md.split("## Merged from", 1)[1]
+    assert f"- rmsnorm: {new}" in merged and f"- rope: {old}" in merged
+    assert f"left out (an operator already taken): rmsnorm from {old} (taken from {new})" in merged
+    assert f"left out: rmsnorm from {old}" in capsys.readouterr().out
+    again = scripted.json.loads((tmp_path / "m" / "results.json").read_text())
+    assert set(again["operators"]) == {"rmsnorm", "rope"}
+
+
+def test_a_merge_of_a_file_that_is_not_a_results_json_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"rows": []}')
+    assert scripted.main(["--out", str(tmp_path / "m"), "--merge", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--merge {bad}: not a results.json written by this benchmark" in err
+    assert not (tmp_path / "m").exists()
