@@ -27,6 +27,7 @@ def main(cfg: DictConfig) -> None:
         resolved = runner.config_dict(cfg)
         runner.run_study(resolved, resolved["store"], only=trial)
         return
+    study_dir = None
     try:
         resolved = runner.config_dict(cfg)
         study_dir = f"{resolved['store']}/{resolved['study']['name']}"
@@ -36,6 +37,16 @@ def main(cfg: DictConfig) -> None:
             runner.print_report(study_dir, resolved, e.paths)
             raise
         runner.print_report(study_dir, resolved, paths)
+    except KeyboardInterrupt:  # Ctrl-C: what ended is stored, the trial cut short is kept; say so in one line
+        if study_dir is None:
+            print("interrupted before any trial started", file=sys.stderr)
+        else:
+            from ablate.store import Store
+
+            stored = len(Store(resolved["store"]).scan(resolved["study"]["name"])[0])
+            print(f"interrupted: {stored} trial(s) of this study stored in {study_dir}, "
+                  f"a trial cut short is kept under {study_dir}/.incomplete; the same command resumes", file=sys.stderr)
+        sys.exit(130)
     except AblateError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1 if isinstance(e, runner.TrialsFailed) else 2)

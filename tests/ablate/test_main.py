@@ -116,3 +116,30 @@ def test_readme_test_command_is_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     command = readme.split("## Run the tests")[1].split("```bash\n")[1].split("\n")[0]
     assert command in (ROOT / ".ci/run").read_text().splitlines()
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_one_line_saying_what_is_stored_and_that_the_same_command_resumes(tmp_path):
+    """A study of hundreds of trials is stopped by hand: one line, not a traceback; the trials that
+    ended stay stored, and the one cut short is kept (what it paid for) under .incomplete."""
+    import signal
+    import time
+
+    e = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
+    proc = subprocess.Popen([sys.executable, "-m", "ablate", f"store={tmp_path}"], cwd=ROOT, env=e,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 500
+    while not list((tmp_path / "smoke").glob("*/record.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.5)
+    time.sleep(3)  # into the second trial
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last == (f"interrupted: 1 trial(s) of this study stored in {tmp_path}/smoke, a trial cut short is kept "
+                    f"under {tmp_path}/smoke/.incomplete; the same command resumes")
+    assert len(records(tmp_path / "smoke")) == 1
+    kept = list((tmp_path / "smoke" / ".incomplete").glob("*/*/incomplete.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["failure"]["cause"] == "interrupted"
