@@ -186,6 +186,10 @@ def merge(out: Path, files: list[Path]) -> int:
             print(f"error: --merge {f}: not a results.json written by this benchmark ({type(e).__name__}: {e}); "
                   "give the results.json files of earlier runs", file=sys.stderr)
             return 2
+        if metas and _device_name(d["meta"].get("device")) != _device_name(metas[0].get("device")):
+            print(f"error: --merge {f} was measured on {_device_name(d['meta'].get('device'))}, "
+                  f"{files[0]} on {_device_name(metas[0].get('device'))}: one table is one GPU's", file=sys.stderr)
+            return 2
         for name in d["operators"]:
             if name in ops:
                 left_out.append(f"{name} from {f} (taken from {sources[name]})")

@@ -36,10 +36,11 @@ def test_the_versions_line_says_when_an_installed_library_does_not_load(monkeypa
     assert "quack-kernels 0.6.5 (FAILS TO IMPORT: quack-kernels " in line
 
 
-def _results(path, ops, command):
+def _results(path, ops, command, device="NVIDIA H200"):
     shapes = [{"operator": n, "shape": "M=1,N=1", "correct": True, "ms": 1.0, "best_library": "torch",
                "library_ms": 1.0, "ratio": 1.0, "sol_fraction": None, "floor_ms": None, "dispatched": False} for n in ops]
-    path.write_text(scripted.json.dumps({"meta": {"command": command, "seconds": 1}, "operators": ops, "shapes": shapes}))
+    meta = {"command": command, "seconds": 1, "device": {"name": device}}
+    path.write_text(scripted.json.dumps({"meta": meta, "operators": ops, "shapes": shapes}))
     return path
 
 
@@ -65,4 +66,14 @@ def test_a_merge_of_a_file_that_is_not_a_results_json_is_one_line(tmp_path, caps
     assert scripted.main(["--out", str(tmp_path / "m"), "--merge", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--merge {bad}: not a results.json written by this benchmark" in err
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_merge_of_runs_on_different_gpus_is_refused_in_one_line(tmp_path, capsys):
+    """One table is labelled with one GPU: runs from two would put one's times under the other's name."""
+    h200 = _results(tmp_path / "h200.json", {"rmsnorm": _op({})}, "a")
+    b200 = _results(tmp_path / "b200.json", {"rope": _op({})}, "b", device="NVIDIA B200")
+    assert scripted.main(["--out", str(tmp_path / "m"), "--merge", str(h200), str(b200)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was measured on NVIDIA B200" in err and "on NVIDIA H200" in err
     assert not (tmp_path / "m").exists()
