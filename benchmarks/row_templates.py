@@ -1,8 +1,8 @@
 """Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
 on row widths that are not any operator's eval shapes: a norm's row held whole or looped over in
 chunks of several sizes and warps (the norm templates' rule, which loops rows wider than LOOP_ABOVE
-in chunks scaled to the row's width, among them), and for softmax's wide rows, streaming them in blocks of several sizes
-or holding them whole in registers. (Measured slower and removed: a norm's row held in
+in chunks scaled to the row's width, among them), and for softmax's wide rows, streaming them in
+blocks of several sizes or holding them whole in registers. (Measured slower and removed: a norm's row held in
 power-of-two pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split
 over programs that wait for each other, and the streamed second pass taken last block first,
 e41c3d8, benchmarks/results/h200-counters; loops software-pipelined by Triton and persistent
@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--widths", nargs="+", type=int, metavar="N", help="measure only the shapes of these row widths")
     args = ap.parse_args(argv)
     known = sorted({case[1]["N"] for case in CASES if case[0] in args.operators})
-    if args.widths and set(args.widths) - set(known):
-        ap.error(f"no variant of {' '.join(args.operators)} has a row width in {sorted(set(args.widths) - set(known))}; "
-                 f"widths measured: {known}")
+    unknown = sorted(set(args.widths or ()) - set(known))
+    if unknown:
+        ap.error(f"no variant of {' '.join(args.operators)} has a row width in {unknown}; widths measured: {known}")
     import torch
     import triton
     from triton.testing import do_bench

@@ -181,22 +181,22 @@ def merge(out: Path, files: list[Path]) -> int:
     for f in files:
         try:
             d = json.loads(f.read_text())
-            d["operators"], d["shapes"], d["meta"]  # noqa: B018 - what a results.json of this benchmark has
+            taken, shapes, meta = d["operators"], d["shapes"], d["meta"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"error: --merge {f}: not a results.json written by this benchmark ({type(e).__name__}: {e}); "
                   "give the results.json files of earlier runs", file=sys.stderr)
             return 2
-        if metas and _device_name(d["meta"].get("device")) != _device_name(metas[0].get("device")):
-            print(f"error: --merge {f} was measured on {_device_name(d['meta'].get('device'))}, "
+        if metas and _device_name(meta.get("device")) != _device_name(metas[0].get("device")):
+            print(f"error: --merge {f} was measured on {_device_name(meta.get('device'))}, "
                   f"{files[0]} on {_device_name(metas[0].get('device'))}: one table is one GPU's", file=sys.stderr)
             return 2
-        for name in d["operators"]:
+        for name, result in taken.items():
             if name in ops:
                 left_out.append(f"{name} from {f} (taken from {sources[name]})")
-        rows += [r for r in d["shapes"] if r["operator"] not in ops]
-        sources.update({k: str(f) for k in d["operators"] if k not in ops})
-        ops.update({k: v for k, v in d["operators"].items() if k not in ops})
-        metas.append(d["meta"])
+            else:
+                ops[name], sources[name] = result, str(f)
+        rows += [r for r in shapes if sources.get(r["operator"]) == str(f)]
+        metas.append(meta)
     for line in left_out:
         log(f"left out: {line}")
     write(out, rows, ops, {**metas[0], "command": " + ".join(m.get("command", "") for m in metas),
