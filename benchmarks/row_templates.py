@@ -11,6 +11,9 @@ Each variant is checked against the operator's reference, then timed with triton
 flushed before each call, median).
 
     python -m benchmarks.row_templates --out DIR [--ms 100] [--operators rmsnorm layernorm softmax] [--widths N ...]
+        [--libraries quack liger ...]
+
+--libraries also times those registered baselines on each shape, the same way, side by side.
 
 Writes DIR/row_templates.md and DIR/row_templates.json. Needs a CUDA GPU."""
 from __future__ import annotations
@@ -41,10 +44,13 @@ for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 
                              (4096, 16)):
             CASES.append((op, shape, f"chunks of {chunk} columns, {warps} warps, the second read from L2",
                           dict(NORM, num_warps=warps, chunk=chunk), LITERAL))
-for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}):
-    for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32)):
+for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}, {"M": 3072, "N": 151936},
+              {"M": 2048, "N": 100000}):
+    for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32), (32768, 32)):
         CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",
-                      {"block": block, "num_warps": warps, "max_width": 16384}, {"STREAM_BLOCK_MAX": block}))
+                      {"block": block, "num_warps": warps, "max_width": 16384}, {"STREAM_BLOCK_MAX": block, "L2_FIT": False}))
+    CASES.append(("softmax", shape, "the default: streamed, blocks of a quarter row up to 16384, 32 warps where the "
+                  "rows in flight outgrow L2", {"block": 4096, "num_warps": 8, "max_width": 16384}, {"L2_FIT": True}))
     if shape["N"] <= 32768:
         for cols in (1024, 512):
             CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",
@@ -58,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ms", type=float, default=100.0, help="do_bench's repetition time per variant, ms")
     ap.add_argument("--operators", nargs="+", default=NAMES, choices=NAMES, help="measure only these templates' variants")
     ap.add_argument("--widths", nargs="+", type=int, metavar="N", help="measure only the shapes of these row widths")
+    ap.add_argument("--libraries", nargs="+", default=[], metavar="NAME",
+                    help="also time these baselines of the operator on each shape (a name it lacks is skipped)")
     args = ap.parse_args(argv)
     known = sorted({case[1]["N"] for case in CASES if case[0] in args.operators})
     unknown = sorted(set(args.widths or ()) - set(known))
@@ -76,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
-    rows = []
+    rows, libs, timed = [], [], set()
     for i, (name, shape, label, cfg, attrs) in enumerate(CASES):
         if name not in args.operators or (args.widths and shape["N"] not in args.widths):
             continue
@@ -98,24 +106,37 @@ def main(argv: list[str] | None = None) -> int:
                      "ms": ms, "gbps": gbps, "note": note})
         print(f"{name} {shape['M']}x{shape['N']} {label}: {'ok' if correct else 'WRONG ' + note} "
               f"{ms:.4f} ms {gbps:.0f} GB/s", flush=True)
+        if (name, shape["M"], shape["N"]) not in timed:
+            timed.add((name, shape["M"], shape["N"]))
+            for lib in args.libraries:
+                base = op.baselines.get(lib)
+                why = "not a baseline of this operator" if base is None else base.unavailable()
+                if why:
+                    print(f"{name} {shape['M']}x{shape['N']} {lib}: skipped, {why}", flush=True)
+                    continue
+                ms_lib = do_bench(lambda: base.fn(*inputs), rep=args.ms, return_mode="median")
+                libs.append({"operator": name, "shape": shape, "library": lib, "ms": ms_lib})
+                print(f"{name} {shape['M']}x{shape['N']} library {lib}: {ms_lib:.4f} ms", flush=True)
         del inputs
         torch.cuda.empty_cache()
     meta = {"gpu": props.name, "l2_bytes": props.L2_cache_size, "sms": props.multi_processor_count,
             "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
             "command": "python -m benchmarks.row_templates " + " ".join(sys.argv[1:] if argv is None else argv)}
-    (args.out / "row_templates.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (args.out / "row_templates.json").write_text(json.dumps({"meta": meta, "rows": rows, "libraries": libs}, indent=1))
     lines = [f"# Row-wise template variants on {meta['gpu']}", "",
              f"torch {meta['torch']}, triton {meta['triton']}; L2 {meta['l2_bytes'] >> 20} MiB, {meta['sms']} SMs.",
              f"Command: `{meta['command']}`. Times: do_bench medians, L2 flushed; GB/s: the operator's fewest bytes over the time.",
              "", "## The fastest correct variant per shape", "",
-             "| operator | shape | variant | ms | GB/s | the first variant's ms |", "|---|---|---|---|---|---|"]
+             "| operator | shape | variant | ms | GB/s | the first variant's ms | libraries' ms |", "|---|---|---|---|---|---|---|"]
     for key in dict.fromkeys((r["operator"], r["shape"]["M"], r["shape"]["N"]) for r in rows):
         same = [r for r in rows if (r["operator"], r["shape"]["M"], r["shape"]["N"]) == key]
         good = [r for r in same if r["correct"]]
+        lib_ms = ", ".join(f"{r['library']} {r['ms']:.4f}" for r in libs
+                           if (r["operator"], r["shape"]["M"], r["shape"]["N"]) == key) or "-"
         if good:
             best = min(good, key=lambda r: r["ms"])
             lines.append(f"| {key[0]} | M={key[1]},N={key[2]} | {best['variant']} | {best['ms']:.4f} | {best['gbps']:.0f} | "
-                         f"{same[0]['ms']:.4f} |")
+                         f"{same[0]['ms']:.4f} | {lib_ms} |")
     lines += ["", "## Every variant", "", "| operator | shape | variant | correct | ms | GB/s |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['operator']} | M={r['shape']['M']},N={r['shape']['N']} | {r['variant']} | "

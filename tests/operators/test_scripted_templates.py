@@ -258,3 +258,40 @@ def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_scaled_to_its_widt
     assert launch(whole, 2 * mod.CHUNK_REF) == (chunked, 2 * mod.LOOP_CHUNK, mod.LOOP_WARPS * warps_scale)
     assert launch(dict(whole, chunk=1024), 4 * mod.CHUNK_REF + 16) == (chunked, 4096, 4 * warps_scale)
     assert launch(dict(whole, chunk=4096), 2 * mod.CHUNK_REF) == (f"_{name}_rows", None, 8)  # 8192 columns whole
+
+
+def test_a_softmax_row_whose_rows_in_flight_outgrow_l2_is_streamed_one_program_an_sm(monkeypatch):
+    """Softmax's L2 rule: a streamed row takes 32 warps (one program an SM, the fewest rows in
+    flight) only when the rows the SMs hold at 32 / warps programs each outgrow L2, so that the
+    second pass would read from memory; narrower rows, the interpreter and L2_FIT off keep the
+    configuration's warps."""
+    from triton.runtime.jit import JITFunction
+
+    from operators._operator import load_module
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import template_aot as aot
+
+    monkeypatch.setattr(JITFunction, "run", aot._record)
+    op = operators.get("softmax")
+    mod = load_module(TEMPLATES / "softmax.py", "l2_fit_softmax")
+    mod._device_caches = lambda device: (aot.SMS, aot.L2_BYTES)
+    mod.L2_FIT = True
+
+    def launch(n, m=4):
+        aot._launches.clear()
+        mod.kernel(*aot.meta_inputs(op, {"M": m, "N": n, "dtype": "bfloat16"}))
+        (fn, _, kw), = aot._launches
+        return fn.__name__, kw["BLOCK"], kw["num_warps"]
+
+    assert launch(128256) == ("_softmax_streamed", 16384, 32)  # 132 x 2 rows of 256 KB > 60 MiB
+    assert launch(65536) == ("_softmax_streamed", 16384, 16)  # 132 x 2 rows of 128 KB fit
+    assert launch(32768) == ("_softmax_streamed", 8192, 8)  # 132 x 4 rows of 64 KB fit
+    assert launch(4096) == ("_softmax_row", 4096, 8)
+    mod._device_caches = lambda device: (aot.SMS, 16 << 20)  # a smaller L2: 132 x 4 rows of 64 KB do not fit
+    assert launch(32768) == ("_softmax_streamed", 8192, 32)
+    mod.L2_FIT = False
+    assert launch(128256) == ("_softmax_streamed", 16384, 16)
+    mod.L2_FIT = True
+    mod._device_caches = lambda device: None  # what the interpreter's CPU tensors get
+    assert launch(128256) == ("_softmax_streamed", 16384, 16)

@@ -25,6 +25,11 @@ SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 ONE_BLOCK_MAX = 16384
 STREAM_BLOCK_MAX = 16384
+# A streamed program takes about 64 registers a thread (h200-counters), so an SM holds 32 / warps
+# of them. When the rows they hold at once outgrow L2, the second pass reads from memory what the
+# first pass read: such rows take 32 warps, one program an SM. Off until measured on a GPU
+# (benchmarks/row_templates.py times it beside the configurations it replaces).
+L2_FIT = False
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
@@ -62,6 +67,14 @@ def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
         tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
 
 
+def _device_caches(device: torch.device) -> tuple[int, int] | None:
+    """(multiprocessors, L2 bytes) of a GPU; None elsewhere (the interpreter holds no rows in flight)."""
+    if device.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(device)
+    return props.multi_processor_count, props.L2_cache_size
+
+
 def kernel(x: torch.Tensor) -> torch.Tensor:
     x = x.contiguous()
     M, N = x.shape
@@ -74,5 +87,8 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
     else:
         block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
         warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
+        caches = _device_caches(x.device) if L2_FIT else None
+        if caches and caches[0] * (32 // warps) * N * x.element_size() > caches[1]:
+            warps = 32  # the fewest rows in flight: one program an SM
         _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, num_warps=warps)
     return y
