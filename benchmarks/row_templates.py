@@ -6,7 +6,9 @@ blocks of several sizes or holding them whole in registers. (Measured slower and
 power-of-two pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split
 over programs that wait for each other, and the streamed second pass taken last block first,
 e41c3d8, benchmarks/results/h200-counters; loops software-pipelined by Triton and persistent
-programs looping over rows, for all three templates, b8ad3e7, benchmarks/results/h200-chunks.)
+programs looping over rows, for all three templates, b8ad3e7, benchmarks/results/h200-chunks; a
+streamed softmax row at 32 warps, one program an SM, wherever two an SM would outgrow L2, deb21b5,
+benchmarks/results/h200-l2-rows.)
 Each variant is checked against the operator's reference, then timed with triton's do_bench (L2
 flushed before each call, median).
 
@@ -48,9 +50,7 @@ for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N"
               {"M": 2048, "N": 100000}):
     for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32), (32768, 32)):
         CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",
-                      {"block": block, "num_warps": warps, "max_width": 16384}, {"STREAM_BLOCK_MAX": block, "L2_FIT": False}))
-    CASES.append(("softmax", shape, "the default: streamed, blocks of a quarter row up to 16384, 32 warps where the "
-                  "rows in flight outgrow L2", {"block": 4096, "num_warps": 8, "max_width": 16384}, {"L2_FIT": True}))
+                      {"block": block, "num_warps": warps, "max_width": 16384}, {"STREAM_BLOCK_MAX": block}))
     if shape["N"] <= 32768:
         for cols in (1024, 512):
             CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",

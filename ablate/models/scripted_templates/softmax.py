@@ -15,7 +15,9 @@ fewer rows in flight so that the second pass surely hits L2 (a persistent grid) 
 every width tried. So was reading the row once, split over programs that each hold a block in
 registers and wait for the row's other blocks through global atomics (0.427 against 0.290 ms at
 65536 columns; commit e41c3d8, benchmarks/results/h200-counters): the libraries that read it once
-reduce within a cluster of blocks through distributed shared memory, which Triton does not expose."""
+reduce within a cluster of blocks through distributed shared memory, which Triton does not expose.
+Halving the rows in flight where two programs an SM would outgrow L2 (32 warps, one an SM) moved
+no width by more than 0.7% (commit deb21b5, benchmarks/results/h200-l2-rows)."""
 import torch
 import triton
 import triton.language as tl
@@ -25,11 +27,6 @@ SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 ONE_BLOCK_MAX = 16384
 STREAM_BLOCK_MAX = 16384
-# A streamed program takes about 64 registers a thread (h200-counters), so an SM holds 32 / warps
-# of them. When the rows they hold at once outgrow L2, the second pass reads from memory what the
-# first pass read: such rows take 32 warps, one program an SM. Off until measured on a GPU
-# (benchmarks/row_templates.py times it beside the configurations it replaces).
-L2_FIT = False
 LOG2E = tl.constexpr(1.4426950408889634)
 
 
@@ -67,14 +64,6 @@ def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
         tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
 
 
-def _device_caches(device: torch.device) -> tuple[int, int] | None:
-    """(multiprocessors, L2 bytes) of a GPU; None elsewhere (the interpreter holds no rows in flight)."""
-    if device.type != "cuda":
-        return None
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, props.L2_cache_size
-
-
 def kernel(x: torch.Tensor) -> torch.Tensor:
     x = x.contiguous()
     M, N = x.shape
@@ -87,8 +76,5 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
     else:
         block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
         warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
-        caches = _device_caches(x.device) if L2_FIT else None
-        if caches and caches[0] * (32 // warps) * N * x.element_size() > caches[1]:
-            warps = 32  # the fewest rows in flight: one program an SM
         _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, num_warps=warps)
     return y
