@@ -15,7 +15,8 @@ flushed before each call, median).
     python -m benchmarks.row_templates --out DIR [--ms 100] [--operators rmsnorm layernorm softmax] [--widths N ...]
         [--libraries quack liger ...]
 
---libraries also times those registered baselines on each shape, the same way, side by side.
+--libraries also times those registered baselines on each shape, the same way, side by side (timed
+only: the judge's correctness rule, which can exclude a library, is not applied to them here).
 
 Writes DIR/row_templates.md and DIR/row_templates.json. Needs a CUDA GPU."""
 from __future__ import annotations
