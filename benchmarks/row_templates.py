@@ -49,9 +49,14 @@ for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 
                           dict(NORM, num_warps=warps, chunk=chunk), LITERAL))
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}, {"M": 3072, "N": 151936},
               {"M": 2048, "N": 100000}):
-    for block, warps in ((4096, 4), (8192, 8), (16384, 16), (16384, 32), (32768, 32)):
-        CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, a program per row",
-                      {"block": block, "num_warps": warps, "max_width": 16384}, {"STREAM_BLOCK_MAX": block}))
+    for block, warps in ((4096, 4), (8192, 8), (16384, 16), (8192, 32), (16384, 32), (32768, 32)):
+        for hold in (0, 16, 32):
+            for lanes in (True, False):
+                CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, " + (
+                    f"a head of {hold} columns a thread held" if hold else "nothing held") + (
+                    ", statistics per thread" if lanes else ", statistics reduced every block"),
+                    {"block": block, "num_warps": warps, "max_width": 16384, "hold": hold},
+                    {"STREAM_BLOCK_MAX": block, "LANES": lanes}))
     if shape["N"] <= 32768:
         for cols in (1024, 512):
             CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",

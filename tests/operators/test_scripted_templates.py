@@ -28,7 +28,8 @@ INTERPRETED = {
     "rmsnorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"}]},  # one row, 4-row
     # tiles over M=5, and chunks of 1024 over rows wider than that (a last chunk of 452)
     "layernorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"}]},
-    "softmax": {"configs": [0, 8]},  # rows whole in registers, and streamed (max_width 1024 < 5000)
+    "softmax": {"configs": [0, 8], "shapes": [{"M": 3, "N": 40000, "dtype": "bfloat16"}]},  # rows whole in registers,
+    # and streamed (max_width 1024 < 5000; 40000: a head held in registers, then blocks, the last one partial)
     "cross_entropy": {"configs": [0, 5]},
     "swiglu": {"configs": [0, 3]},
     "rope": {"configs": [0, 6]},

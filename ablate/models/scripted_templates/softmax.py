@@ -27,7 +27,10 @@ SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 ONE_BLOCK_MAX = 16384
 STREAM_BLOCK_MAX = 16384
+HOLD_PER_THREAD = 32  # columns of a streamed row's head each thread keeps in registers; a configuration's "hold" overrides
 LOG2E = tl.constexpr(1.4426950408889634)
+VEC = tl.constexpr(8)  # columns of a streamed block a thread reduces alone: one 16-byte load of bf16
+LANES = True  # a streamed row's statistics kept per thread, reduced once (False: reduced every block)
 
 
 @triton.jit
@@ -42,22 +45,55 @@ def _softmax_row(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
+def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, HOLD: tl.constexpr, LANES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride
     y_row = y_ptr + row * stride
     cols = tl.arange(0, BLOCK)
     m = -float("inf")  # running maximum (log2 units) and the sum of 2^(x - m)
     s = 0.0
-    for start in range(0, N, BLOCK):
-        mask = start + cols < N
-        x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_last")
-        x = x.to(tl.float32) * LOG2E
-        m_new = tl.maximum(m, tl.max(x, axis=0))  # finite: every block holds one column at least
-        s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), axis=0)
+    if HOLD > 0:  # the row's head stays in registers, as loaded: the second pass does not read it
+        head = tl.load(x_row + tl.arange(0, HOLD), eviction_policy="evict_first")
+        h = head.to(tl.float32) * LOG2E
+        m = tl.max(h, axis=0)
+        s = tl.sum(tl.exp2(h - m), axis=0)
+    if LANES:
+        # each thread keeps its own maximum and sum over its VEC-column pieces; the program reduces
+        # them once, after the loop, so its warps never wait for each other while they stream
+        tile = tl.arange(0, BLOCK // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
+        m_l = tl.full([BLOCK // VEC], -float("inf"), tl.float32)
+        s_l = tl.zeros([BLOCK // VEC], tl.float32)
+        for start in range(HOLD, N, BLOCK):
+            mask = start + tile < N
+            x = tl.load(x_row + start + tile, mask=mask, other=-float("inf"), eviction_policy="evict_last")
+            x = x.to(tl.float32) * LOG2E
+            m_new = tl.maximum(m_l, tl.max(x, axis=1))
+            base = tl.where(m_new == -float("inf"), 0.0, m_new)  # a piece past the row's end: no inf - inf
+            s_l = s_l * tl.exp2(m_l - base) + tl.sum(tl.exp2(x - base[:, None]), axis=1)
+            m_l = m_new
+        m_loop = tl.max(m_l, axis=0)  # finite: the loop read one column at least
+        m_new = tl.maximum(m, m_loop)
+        s = s * tl.exp2(m - m_new) + tl.sum(s_l * tl.exp2(m_l - m_new), axis=0)
         m = m_new
+    else:
+        for start in range(HOLD, N, BLOCK):
+            mask = start + cols < N
+            x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_last")
+            x = x.to(tl.float32) * LOG2E
+            m_new = tl.maximum(m, tl.max(x, axis=0))  # finite: every block holds one column at least
+            s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), axis=0)
+            m = m_new
     inv = 1.0 / s
-    for start in range(0, N, BLOCK):
+    if HOLD > 0:
+        if head.dtype == tl.bfloat16:
+            # widened by hand, not with .to(): the same expression as above would be merged with it and
+            # the head kept live in float32 over the loop (twice the registers)
+            wide = (head.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        else:
+            wide = head.to(tl.float32)
+        y_head = tl.exp2(wide * LOG2E - m) * inv
+        tl.store(y_row + tl.arange(0, HOLD), y_head.to(y_ptr.dtype.element_ty), eviction_policy="evict_first")
+    for start in range(HOLD, N, BLOCK):
         mask = start + cols < N
         x = tl.load(x_row + start + cols, mask=mask, other=-float("inf"), eviction_policy="evict_first")
         y = tl.exp2(x.to(tl.float32) * LOG2E - m) * inv
@@ -76,5 +112,6 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
     else:
         block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
         warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
-        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, num_warps=warps)
+        hold = min(32 * warps * cfg.get("hold", HOLD_PER_THREAD), width // 2)  # under half the row
+        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, HOLD=hold, LANES=LANES, num_warps=warps)
     return y
