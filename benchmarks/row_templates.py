@@ -2,8 +2,9 @@
 on row widths that are not any operator's eval shapes: a norm's row held whole or looped over in
 chunks of several sizes and warps (the norm templates' rule, which loops rows wider than LOOP_ABOVE
 in chunks scaled to the row's width, among them), and for softmax's wide rows, streaming them in
-blocks of several sizes or holding them whole in registers. (Measured slower and removed: a norm's row held in
-power-of-two pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split
+blocks of several sizes (statistics reduced across the program every block, or kept per thread and
+reduced once, with or without the row's head held in registers: the template's width rules) or
+holding them whole in registers. (Measured slower and removed: a norm's row held in power-of-two pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split
 over programs that wait for each other, and the streamed second pass taken last block first,
 e41c3d8, benchmarks/results/h200-counters; loops software-pipelined by Triton and persistent
 programs looping over rows, for all three templates, b8ad3e7, benchmarks/results/h200-chunks; a
@@ -49,14 +50,16 @@ for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 
                           dict(NORM, num_warps=warps, chunk=chunk), LITERAL))
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}, {"M": 3072, "N": 151936},
               {"M": 2048, "N": 100000}):
-    for block, warps in ((4096, 4), (8192, 8), (16384, 16), (8192, 32), (16384, 32), (32768, 32)):
-        for hold in (0, 16, 32):
-            for lanes in (True, False):
-                CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, " + (
-                    f"a head of {hold} columns a thread held" if hold else "nothing held") + (
-                    ", statistics per thread" if lanes else ", statistics reduced every block"),
-                    {"block": block, "num_warps": warps, "max_width": 16384, "hold": hold},
-                    {"STREAM_BLOCK_MAX": block, "LANES": lanes}))
+    soft = {"block": 4096, "num_warps": 8, "max_width": 16384}
+    CASES.append(("softmax", shape, "the default: up to WIDE_ABOVE streamed as configured, wider rows per-thread "
+                  "statistics, a head held where rows outgrow L2", soft, {}))
+    for block, warps in ((8192, 8), (16384, 16)):
+        CASES.append(("softmax", shape, f"streamed, block {block}, {warps} warps, statistics reduced every block",
+                      dict(soft, block=block, num_warps=warps), {"STREAM_BLOCK_MAX": block, "WIDE_ABOVE": 1 << 30}))
+    for block in (16384, 32768):
+        for held, attrs in (("nothing held", {"HOLD_PER_THREAD": 0}), ("a head held", {"ROWS_AN_SM": 1 << 20})):
+            CASES.append(("softmax", shape, f"streamed, block {block}, 32 warps, statistics per thread, {held}", soft,
+                          {"WIDE_ABOVE": 0, "WIDE_BLOCK": block, **attrs}))
     if shape["N"] <= 32768:
         for cols in (1024, 512):
             CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",

@@ -39,6 +39,7 @@ TARGET = GPUTarget("cuda", 90, 32)  # H100 / H200
 SMEM_PER_BLOCK = 232448  # bytes: the most shared memory one block may have on sm_90 (227 KB)
 REGS_PER_SM = 65536
 SMS = 132  # H200 multiprocessors (the templates ask the device; meta tensors have none)
+L2_BYTES = 60 << 20  # H200 L2, as torch reports it
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 
 _launches: list[tuple[JITFunction, tuple, dict]] = []
@@ -123,6 +124,8 @@ def run(name: str, which: str, shape_set: str) -> list[dict]:
     mod = load_module(path, f"aot_template_{name}")
     if hasattr(mod, "_num_sms"):
         mod._num_sms = lambda device: SMS
+    if hasattr(mod, "_l2_bytes"):
+        mod._l2_bytes = lambda device: L2_BYTES
     chosen = configs(path) if which == "all" else [mod.CONFIG]
     rows = []
     for cfg in chosen:

@@ -28,8 +28,10 @@ INTERPRETED = {
     "rmsnorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"}]},  # one row, 4-row
     # tiles over M=5, and chunks of 1024 over rows wider than that (a last chunk of 452)
     "layernorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"}]},
-    "softmax": {"configs": [0, 8], "shapes": [{"M": 3, "N": 40000, "dtype": "bfloat16"}]},  # rows whole in registers,
-    # and streamed (max_width 1024 < 5000; 40000: a head held in registers, then blocks, the last one partial)
+    "softmax": {"configs": [0, 8], "shapes": [{"M": 3, "N": 40000, "dtype": "bfloat16"},
+                                             {"M": 2, "N": 70000, "dtype": "bfloat16"}]},  # rows whole in registers,
+    # streamed (max_width 1024 < 5000), and wide: statistics per thread (40000), a head held too (70000 columns
+    # outgrow the 1 MiB L2 the template assumes off the GPU at two rows an SM)
     "cross_entropy": {"configs": [0, 5]},
     "swiglu": {"configs": [0, 3]},
     "rope": {"configs": [0, 6]},
@@ -259,3 +261,40 @@ def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_scaled_to_its_widt
     assert launch(whole, 2 * mod.CHUNK_REF) == (chunked, 2 * mod.LOOP_CHUNK, mod.LOOP_WARPS * warps_scale)
     assert launch(dict(whole, chunk=1024), 4 * mod.CHUNK_REF + 16) == (chunked, 4096, 4 * warps_scale)
     assert launch(dict(whole, chunk=4096), 2 * mod.CHUNK_REF) == (f"_{name}_rows", None, 8)  # 8192 columns whole
+
+
+def test_softmax_wide_rows_keep_statistics_per_thread_and_hold_their_head_where_l2_would_overflow(monkeypatch):
+    """Softmax's width rules (benchmarks/results/h200-lanes), at an H200's 132 SMs and 60 MiB L2: a
+    row up to WIDE_ABOVE columns is streamed as the configuration says, its statistics reduced every
+    block; a wider one goes at WIDE_WARPS warps with statistics per thread, and holds its head in
+    registers only where ROWS_AN_SM rows an SM outgrow L2 (2 x 132 x 100000 x 2 B = 52.8 MB fits,
+    2 x 132 x 128256 x 2 B = 67.7 MB does not)."""
+    from triton.runtime.jit import JITFunction
+
+    from operators._operator import load_module
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import template_aot as aot
+
+    monkeypatch.setattr(JITFunction, "run", aot._record)
+    op = operators.get("softmax")
+    mod = load_module(TEMPLATES / "softmax.py", "softmax_wide_rule")
+    mod._num_sms, mod._l2_bytes = (lambda device: aot.SMS), (lambda device: aot.L2_BYTES)
+
+    def launch(n):
+        aot._launches.clear()
+        mod.kernel(*aot.meta_inputs(op, {"M": 4, "N": n, "dtype": "bfloat16"}))
+        (fn, _, kw), = aot._launches
+        return fn.__name__, kw.get("BLOCK"), kw.get("HOLD"), kw.get("LANES"), kw["num_warps"]
+
+    mod.CONFIG = {"block": 4096, "num_warps": 8, "max_width": 16384}
+    assert launch(5000) == ("_softmax_row", 8192, None, None, 8)
+    assert launch(32768) == ("_softmax_streamed", 8192, 0, False, 8)  # not wider than WIDE_ABOVE
+    assert launch(32769) == ("_softmax_streamed", mod.WIDE_BLOCK, 0, True, mod.WIDE_WARPS)
+    assert launch(100000) == ("_softmax_streamed", mod.WIDE_BLOCK, 0, True, mod.WIDE_WARPS)
+    assert launch(128256) == ("_softmax_streamed", mod.WIDE_BLOCK, 32 * mod.WIDE_WARPS * mod.HOLD_PER_THREAD, True,
+                              mod.WIDE_WARPS)
+    mod._l2_bytes = lambda device: 4 * aot.L2_BYTES  # a larger L2 holds those rows: nothing held
+    assert launch(128256)[2] == 0
+    mod._l2_bytes = lambda device: 1 << 20  # a small L2: a head, but never half the row or more
+    assert launch(40000)[2] == 32768 < 40000 and launch(33000)[2] == 32768

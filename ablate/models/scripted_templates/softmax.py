@@ -5,19 +5,28 @@
 - A wider row (a vocabulary) is streamed in blocks: a first pass keeps the running row maximum
   and the sum rescaled to it (online softmax: one exponential per element), a second pass reads
   the row again (from L2, where the first pass's loads were marked to stay) and writes
-  exp(x - max) / sum. A row is streamed in four blocks or more, of at least `block` and at most
-  STREAM_BLOCK_MAX columns, one warp per WARP_COLS of them.
+  exp(x - max) / sum. Up to WIDE_ABOVE columns a row is streamed in four blocks or more, of at
+  least `block` and at most STREAM_BLOCK_MAX columns, one warp per WARP_COLS of them, the
+  statistics reduced across the program every block.
+- A row wider than WIDE_ABOVE goes in blocks of WIDE_BLOCK at WIDE_WARPS warps, and each thread
+  keeps its own maximum and sum, reduced once after the loop: the warps stream without waiting
+  for each other at every block (benchmarks/results/h200-lanes: 0.282 against 0.295 ms at 65536
+  columns, 0.265 against 0.284 at 100000). Where ROWS_AN_SM such rows an SM would outgrow L2, the
+  row's head (HOLD_PER_THREAD columns a thread) also stays in registers as loaded: the second pass
+  reads only the rest, and the registers it takes leave one program an SM, so fewer rows share L2
+  (DRAM traffic at M=2048,N=128256: 1028 MB against 1267-1440; 0.527 against 0.650 ms at 151936
+  columns, 0.264 against 0.315 at 200000).
 Why these bounds (benchmarks/results/h200-spin/row-templates/, widths that are no eval
 shape's): a whole row of 32768 columns needs 32 warps, one program an SM, whose loads and stores
 then take turns; at 24576 columns it took 0.294 ms in registers against 0.204 ms streamed in
-blocks of 8192. At 65536 columns blocks of 16384 took 0.296 ms, blocks of 4096 0.409. Holding
-fewer rows in flight so that the second pass surely hits L2 (a persistent grid) was slower at
-every width tried. So was reading the row once, split over programs that each hold a block in
+blocks of 8192, where per-thread statistics were no faster (h200-lanes: they take fewer
+registers, so more rows share L2). Holding fewer rows in flight with a persistent grid was slower
+at every width tried. So was reading the row once, split over programs that each hold a block in
 registers and wait for the row's other blocks through global atomics (0.427 against 0.290 ms at
 65536 columns; commit e41c3d8, benchmarks/results/h200-counters): the libraries that read it once
 reduce within a cluster of blocks through distributed shared memory, which Triton does not expose.
-Halving the rows in flight where two programs an SM would outgrow L2 (32 warps, one an SM) moved
-no width by more than 0.7% (commit deb21b5, benchmarks/results/h200-l2-rows)."""
+32 warps alone do not leave one program an SM: at 32 registers a thread an SM holds two (h200-l2-rows
+measured no change from them; h200-lanes' counters say why)."""
 import torch
 import triton
 import triton.language as tl
@@ -27,10 +36,13 @@ SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 ONE_BLOCK_MAX = 16384
 STREAM_BLOCK_MAX = 16384
-HOLD_PER_THREAD = 32  # columns of a streamed row's head each thread keeps in registers; a configuration's "hold" overrides
+WIDE_ABOVE = 32768  # columns (padded to a power of two) above which a row goes as below
+WIDE_BLOCK = 32768
+WIDE_WARPS = 32
+ROWS_AN_SM = 2  # a wide row's head is held where this many rows an SM outgrow L2 (at 32 registers, two fit an SM)
+HOLD_PER_THREAD = 32  # columns of a wide row's head each thread keeps in registers (0: never)
 LOG2E = tl.constexpr(1.4426950408889634)
 VEC = tl.constexpr(8)  # columns of a streamed block a thread reduces alone: one 16-byte load of bf16
-LANES = True  # a streamed row's statistics kept per thread, reduced once (False: reduced every block)
 
 
 @triton.jit
@@ -100,6 +112,14 @@ def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, HOLD: tl.con
         tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
 
 
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+
+def _l2_bytes(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).L2_cache_size if device.type == "cuda" else 1 << 20
+
+
 def kernel(x: torch.Tensor) -> torch.Tensor:
     x = x.contiguous()
     M, N = x.shape
@@ -109,9 +129,13 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
     if width <= min(cfg["max_width"], ONE_BLOCK_MAX):
         warps = min(32, max(cfg["num_warps"], width // WARP_COLS))
         _softmax_row[(M,)](x, y, N, x.stride(0), BLOCK=width, num_warps=warps)
+    elif width > WIDE_ABOVE:
+        hold = 0
+        if ROWS_AN_SM * _num_sms(x.device) * N * x.element_size() > _l2_bytes(x.device):
+            hold = min(32 * WIDE_WARPS * HOLD_PER_THREAD, width // 2)  # under half the row
+        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=WIDE_BLOCK, HOLD=hold, LANES=True, num_warps=WIDE_WARPS)
     else:
         block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
         warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
-        hold = min(32 * warps * cfg.get("hold", HOLD_PER_THREAD), width // 2)  # under half the row
-        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, HOLD=hold, LANES=LANES, num_warps=warps)
+        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=block, HOLD=0, LANES=False, num_warps=warps)
     return y
