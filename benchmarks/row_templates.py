@@ -60,6 +60,10 @@ for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N"
         for held, attrs in (("nothing held", {"HOLD_PER_THREAD": 0}), ("a head held", {"ROWS_AN_SM": 1 << 20})):
             CASES.append(("softmax", shape, f"streamed, block {block}, 32 warps, statistics per thread, {held}", soft,
                           {"WIDE_ABOVE": 0, "WIDE_BLOCK": block, **attrs}))
+    for stages in (2, 3):  # the first pass pipelined by Triton: the next blocks' loads in flight through shared memory
+        for held, attrs in (("nothing held", {"HOLD_PER_THREAD": 0}), ("a head held", {"ROWS_AN_SM": 1 << 20})):
+            CASES.append(("softmax", shape, f"streamed, block 16384, 32 warps, statistics per thread, {held}, "
+                          f"{stages} stages", soft, {"WIDE_ABOVE": 0, "WIDE_BLOCK": 16384, "WIDE_STAGES": stages, **attrs}))
     if shape["N"] <= 32768:
         for cols in (1024, 512):
             CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",

@@ -39,6 +39,7 @@ STREAM_BLOCK_MAX = 16384
 WIDE_ABOVE = 32768  # columns (padded to a power of two) above which a row goes as below
 WIDE_BLOCK = 32768
 WIDE_WARPS = 32
+WIDE_STAGES = 1  # the first pass software-pipelined by Triton (loads through shared memory) at 2 or more
 ROWS_AN_SM = 2  # a wide row's head is held where this many rows an SM outgrow L2 (at 32 registers, two fit an SM)
 HOLD_PER_THREAD = 32  # columns of a wide row's head each thread keeps in registers (0: never)
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -57,7 +58,8 @@ def _softmax_row(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, HOLD: tl.constexpr, LANES: tl.constexpr):
+def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, HOLD: tl.constexpr, LANES: tl.constexpr,
+                      STAGES: tl.constexpr = 1):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride
     y_row = y_ptr + row * stride
@@ -75,7 +77,7 @@ def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, HOLD: tl.con
         tile = tl.arange(0, BLOCK // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
         m_l = tl.full([BLOCK // VEC], -float("inf"), tl.float32)
         s_l = tl.zeros([BLOCK // VEC], tl.float32)
-        for start in range(HOLD, N, BLOCK):
+        for start in tl.range(HOLD, N, BLOCK, num_stages=STAGES):
             mask = start + tile < N
             x = tl.load(x_row + start + tile, mask=mask, other=-float("inf"), eviction_policy="evict_last")
             x = x.to(tl.float32) * LOG2E
@@ -133,7 +135,8 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
         hold = 0
         if ROWS_AN_SM * _num_sms(x.device) * N * x.element_size() > _l2_bytes(x.device):
             hold = min(32 * WIDE_WARPS * HOLD_PER_THREAD, width // 2)  # under half the row
-        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=WIDE_BLOCK, HOLD=hold, LANES=True, num_warps=WIDE_WARPS)
+        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=WIDE_BLOCK, HOLD=hold, LANES=True, STAGES=WIDE_STAGES,
+                                num_warps=WIDE_WARPS)
     else:
         block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
         warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
