@@ -9,7 +9,8 @@ over programs that wait for each other, and the streamed second pass taken last 
 e41c3d8, benchmarks/results/h200-counters; loops software-pipelined by Triton and persistent
 programs looping over rows, for all three templates, b8ad3e7, benchmarks/results/h200-chunks; a
 streamed softmax row at 32 warps, one program an SM, wherever two an SM would outgrow L2, deb21b5,
-benchmarks/results/h200-l2-rows.)
+benchmarks/results/h200-l2-rows; a wide softmax row's first pass pipelined by Triton, 4d85db1,
+benchmarks/results/h200-lanes.)
 Each variant is checked against the operator's reference, then timed with triton's do_bench (L2
 flushed before each call, median).
 
@@ -60,10 +61,6 @@ for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N"
         for held, attrs in (("nothing held", {"HOLD_PER_THREAD": 0}), ("a head held", {"ROWS_AN_SM": 1 << 20})):
             CASES.append(("softmax", shape, f"streamed, block {block}, 32 warps, statistics per thread, {held}", soft,
                           {"WIDE_ABOVE": 0, "WIDE_BLOCK": block, **attrs}))
-    for stages in (2, 3):  # the first pass pipelined by Triton: the next blocks' loads in flight through shared memory
-        for held, attrs in (("nothing held", {"HOLD_PER_THREAD": 0}), ("a head held", {"ROWS_AN_SM": 1 << 20})):
-            CASES.append(("softmax", shape, f"streamed, block 16384, 32 warps, statistics per thread, {held}, "
-                          f"{stages} stages", soft, {"WIDE_ABOVE": 0, "WIDE_BLOCK": 16384, "WIDE_STAGES": stages, **attrs}))
     if shape["N"] <= 32768:
         for cols in (1024, 512):
             CASES.append(("softmax", shape, f"whole row in registers, WARP_COLS {cols}",

@@ -21,7 +21,9 @@ shape's): a whole row of 32768 columns needs 32 warps, one program an SM, whose 
 then take turns; at 24576 columns it took 0.294 ms in registers against 0.204 ms streamed in
 blocks of 8192, where per-thread statistics were no faster (h200-lanes: they take fewer
 registers, so more rows share L2). Holding fewer rows in flight with a persistent grid was slower
-at every width tried. So was reading the row once, split over programs that each hold a block in
+at every width tried, and so was the wide rows' first pass pipelined by Triton through shared
+memory (2 or 3 stages of 16384 columns: 7-35% slower than the rule, commit 4d85db1,
+h200-lanes/rule). So was reading the row once, split over programs that each hold a block in
 registers and wait for the row's other blocks through global atomics (0.427 against 0.290 ms at
 65536 columns; commit e41c3d8, benchmarks/results/h200-counters): the libraries that read it once
 reduce within a cluster of blocks through distributed shared memory, which Triton does not expose.
@@ -39,7 +41,6 @@ STREAM_BLOCK_MAX = 16384
 WIDE_ABOVE = 32768  # columns (padded to a power of two) above which a row goes as below
 WIDE_BLOCK = 32768
 WIDE_WARPS = 32
-WIDE_STAGES = 1  # the first pass software-pipelined by Triton (loads through shared memory) at 2 or more
 ROWS_AN_SM = 2  # a wide row's head is held where this many rows an SM outgrow L2 (at 32 registers, two fit an SM)
 HOLD_PER_THREAD = 32  # columns of a wide row's head each thread keeps in registers (0: never)
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -58,8 +59,7 @@ def _softmax_row(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, HOLD: tl.constexpr, LANES: tl.constexpr,
-                      STAGES: tl.constexpr = 1):
+def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, HOLD: tl.constexpr, LANES: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride
     y_row = y_ptr + row * stride
@@ -77,7 +77,7 @@ def _softmax_streamed(x_ptr, y_ptr, N, stride, BLOCK: tl.constexpr, HOLD: tl.con
         tile = tl.arange(0, BLOCK // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]
         m_l = tl.full([BLOCK // VEC], -float("inf"), tl.float32)
         s_l = tl.zeros([BLOCK // VEC], tl.float32)
-        for start in tl.range(HOLD, N, BLOCK, num_stages=STAGES):
+        for start in range(HOLD, N, BLOCK):
             mask = start + tile < N
             x = tl.load(x_row + start + tile, mask=mask, other=-float("inf"), eviction_policy="evict_last")
             x = x.to(tl.float32) * LOG2E
@@ -135,8 +135,7 @@ def kernel(x: torch.Tensor) -> torch.Tensor:
         hold = 0
         if ROWS_AN_SM * _num_sms(x.device) * N * x.element_size() > _l2_bytes(x.device):
             hold = min(32 * WIDE_WARPS * HOLD_PER_THREAD, width // 2)  # under half the row
-        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=WIDE_BLOCK, HOLD=hold, LANES=True, STAGES=WIDE_STAGES,
-                                num_warps=WIDE_WARPS)
+        _softmax_streamed[(M,)](x, y, N, x.stride(0), BLOCK=WIDE_BLOCK, HOLD=hold, LANES=True, num_warps=WIDE_WARPS)
     else:
         block = min(STREAM_BLOCK_MAX, max(cfg["block"], width // 4))
         warps = min(32, max(cfg["num_warps"], block // WARP_COLS))
