@@ -14,7 +14,7 @@
   columns, 0.265 against 0.284 at 100000). Where ROWS_AN_SM such rows an SM would outgrow L2, the
   row's head (HOLD_PER_THREAD columns a thread) also stays in registers as loaded: the second pass
   reads only the rest, and the registers it takes leave one program an SM, so fewer rows share L2
-  (DRAM traffic at M=2048,N=128256: 1028 MB against 1267-1440; 0.527 against 0.650 ms at 151936
+  (DRAM traffic at M=2048,N=128256: 1028 MB against 1267-1440; 0.527 against 0.658 ms at 151936
   columns, 0.264 against 0.315 at 200000).
 Why these bounds (benchmarks/results/h200-spin/row-templates/, widths that are no eval
 shape's): a whole row of 32768 columns needs 32 warps, one program an SM, whose loads and stores
