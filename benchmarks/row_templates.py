@@ -5,8 +5,9 @@ in chunks scaled to the row's width, among them), and for softmax's wide rows, s
 blocks of several sizes (statistics reduced across the program every block, or kept per thread and
 reduced once, with or without the row's head held in registers: the template's width rules) or
 holding them whole in registers. (Measured slower and removed: a norm's row held in power-of-two
-pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split over programs that wait for each other, and the streamed second pass taken last block first,
-e41c3d8, benchmarks/results/h200-counters; loops software-pipelined by Triton and persistent
+pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split over programs
+that wait for each other, and the streamed second pass taken last block first, e41c3d8,
+benchmarks/results/h200-counters; loops software-pipelined by Triton and persistent
 programs looping over rows, for all three templates, b8ad3e7, benchmarks/results/h200-chunks; a
 streamed softmax row at 32 warps, one program an SM, wherever two an SM would outgrow L2, deb21b5,
 benchmarks/results/h200-l2-rows; a wide softmax row's first pass pipelined by Triton, 4d85db1,
