@@ -44,8 +44,11 @@ for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 
               {"M": 4096, "N": 14336}):
     for op in ("rmsnorm", "layernorm"):
         CASES.append((op, shape, "the default: whole row, 4 warps; above LOOP_ABOVE chunks scaled to the row", NORM, {}))
-        for warps in (4, 8):
+        for warps in (4, 8, 16):
             CASES.append((op, shape, f"whole row, {warps} warps, however wide", dict(NORM, num_warps=warps), WHOLE))
+            if op == "rmsnorm":
+                CASES.append((op, shape, f"whole row in float32, N at run time, {warps} warps, however wide",
+                              dict(NORM, num_warps=warps), {**WHOLE, "LEAN": False}))
         for chunk, warps in ((1024, 2), (1024, 4), (1024, 8), (2048, 4), (2048, 8), (2048, 16), (4096, 4), (4096, 8),
                              (4096, 16)):
             CASES.append((op, shape, f"chunks of {chunk} columns, {warps} warps, the second read from L2",

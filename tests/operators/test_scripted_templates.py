@@ -263,6 +263,39 @@ def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_scaled_to_its_widt
     assert launch(dict(whole, chunk=4096), 2 * mod.CHUNK_REF) == (f"_{name}_rows", None, 8)  # 8192 columns whole
 
 
+def test_rmsnorm_holds_a_whole_row_as_loaded(monkeypatch):
+    """RMSNorm's whole-row kernel keeps the row in registers as it was loaded (bf16, widened by hand
+    after the reduction), loads the weights only after the reduction, and knows the row's width when
+    it compiles, so the lanes past a row's end take no registers. Compiled for sm_90: a 6144-column row
+    (padded to 8192 lanes) at 8 warps takes at most 40 registers a thread and a 4096-column row at 4
+    warps at most 48; the float32 kernel before took 64 in both (benchmarks/results/h200-lean)."""
+    if not _has_sm90_compiler():
+        pytest.skip("this Triton has no NVIDIA backend (ptxas, cuobjdump) to compile for sm_90 with")
+    from triton.runtime.jit import JITFunction
+
+    from operators._operator import load_module
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import template_aot as aot
+
+    monkeypatch.setattr(JITFunction, "run", aot._record)
+    op = operators.get("rmsnorm")
+    mod = load_module(TEMPLATES / "rmsnorm.py", "rmsnorm_lean")
+    mod.LOOP_ABOVE = 1 << 30  # rows held whole however wide
+
+    def compiled(n, warps):
+        mod.CONFIG = {"num_warps": warps, "rows_per_program": 1, "chunk": 0}
+        aot._launches.clear()
+        mod.kernel(*aot.meta_inputs(op, {"M": 4, "N": n, "dtype": "bfloat16"}))
+        (launch,) = aot._launches
+        return aot.compile_launch(*launch)
+
+    wide, narrow = compiled(6144, 8), compiled(4096, 4)
+    assert (wide["kernel"], wide["num_warps"], narrow["num_warps"]) == ("_rmsnorm_rows", 8, 4)
+    assert wide["spill_bytes"] == narrow["spill_bytes"] == 0
+    assert wide["registers"] <= 40 and narrow["registers"] <= 48, (wide, narrow)
+
+
 def test_softmax_wide_rows_keep_statistics_per_thread_and_hold_their_head_where_l2_would_overflow(monkeypatch):
     """Softmax's width rules (benchmarks/results/h200-lanes), at an H200's 132 SMs and 60 MiB L2: a
     row up to WIDE_ABOVE columns is streamed as the configuration says, its statistics reduced every

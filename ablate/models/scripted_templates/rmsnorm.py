@@ -30,10 +30,33 @@ WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a th
 LOOP_ABOVE, LOOP_CHUNK, LOOP_WARPS = 4096, 2048, 8  # under a whole-row configuration, wider rows are looped in chunks
 CHUNK_REF = 4096  # the row width a chunking is written for: rows 2^k times wider scale it by 2^k
 EPS = 1e-6
+LEAN = True  # TEMPORARY: the whole row held as loaded (False: the kernel before, for a side-by-side run)
 
 
 @triton.jit
-def _rmsnorm_rows(x_ptr, w_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+def _rmsnorm_rows(x_ptr, w_ptr, y_ptr, M, N: tl.constexpr, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    # N is a compile-time constant: the lanes past the row's end are known dead and take no registers
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    in_row = cols < N
+    mask = (rows[:, None] < M) & in_row[None, :]
+    offs = rows[:, None].to(tl.int64) * stride + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first")  # held as loaded
+    squares = x.to(tl.float32) * x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(squares, axis=1) / N + eps)
+    # the weights only after the reduction, so they are not live across it
+    w = tl.load(w_ptr + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    if x.dtype == tl.bfloat16:
+        # widened by hand, not with .to(): the same expression as above would be merged with it and
+        # the row kept live in float32 over the reduction (twice the registers)
+        wide = (x.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    else:
+        wide = x.to(tl.float32)
+    tl.store(y_ptr + offs, (wide * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _rmsnorm_rows_fat(x_ptr, w_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     in_row = cols < N
@@ -78,6 +101,6 @@ def kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
     warps = min(32, max(cfg["num_warps"], rows * block // WARP_COLS))
-    _rmsnorm_rows[(triton.cdiv(M, rows),)](x, weight, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
+    (_rmsnorm_rows if LEAN else _rmsnorm_rows_fat)[(triton.cdiv(M, rows),)](x, weight, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
                                            num_warps=warps)
     return y
