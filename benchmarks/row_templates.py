@@ -1,10 +1,12 @@
 """Design measurements for the scripted policy's row-wise templates (rmsnorm, layernorm, softmax)
 on row widths that are not any operator's eval shapes: a norm's row held whole or looped over in
-chunks of several sizes and warps (the norm templates' rule, which loops rows wider than LOOP_ABOVE
-in chunks scaled to the row's width, among them), and for softmax's wide rows, streaming them in
+chunks of several sizes and warps (the norm templates' rules among them: rows wider than LOOP_ABOVE
+looped in chunks scaled to the row's width, and RMSNorm's rows up to WHOLE_MAX whose last chunk would
+be half empty held whole), and for softmax's wide rows, streaming them in
 blocks of several sizes (statistics reduced across the program every block, or kept per thread and
 reduced once, with or without the row's head held in registers: the template's width rules) or
-holding them whole in registers. (Measured slower and removed: a norm's row held in power-of-two
+holding them whole in registers. (Measured slower and removed: RMSNorm's whole row held in float32,
+N known only at run time, 1b535ea, benchmarks/results/h200-lean; a norm's row held in power-of-two
 pieces, commit 237a8b7, benchmarks/results/h200-all-ten; a wide softmax row split over programs
 that wait for each other, and the streamed second pass taken last block first, e41c3d8,
 benchmarks/results/h200-counters; loops software-pipelined by Triton and persistent
@@ -37,22 +39,23 @@ TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 NORM = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
 WHOLE = {"LOOP_ABOVE": 1 << 30}  # the width rule off: rows held whole however wide
 LITERAL = {"CHUNK_REF": 1 << 30}  # the scaling off: chunks of the configuration's columns however wide the row
+LITERAL_RMS = {**LITERAL, "WHOLE_MAX": 0}  # and RMSNorm's rows never held whole instead
 # (operator, shape, label, CONFIG, module attributes to set); no shape here is an eval shape
 CASES = []
 for shape in ({"M": 16384, "N": 8192}, {"M": 8192, "N": 6144}, {"M": 8192, "N": 4608}, {"M": 16384, "N": 3072},
               {"M": 4096, "N": 12288}, {"M": 32768, "N": 1536}, {"M": 16384, "N": 3584}, {"M": 8192, "N": 7680},
-              {"M": 4096, "N": 14336}):
+              {"M": 4096, "N": 14336}, {"M": 8192, "N": 5632}, {"M": 8192, "N": 6656}):
     for op in ("rmsnorm", "layernorm"):
         CASES.append((op, shape, "the default: whole row, 4 warps; above LOOP_ABOVE chunks scaled to the row", NORM, {}))
+        if op == "rmsnorm":
+            CASES.append((op, shape, "the default under chunks of 2048 at 8 warps: rows up to WHOLE_MAX whose last "
+                          "chunk would be half empty held whole", dict(NORM, num_warps=8, chunk=2048), {}))
         for warps in (4, 8, 16):
             CASES.append((op, shape, f"whole row, {warps} warps, however wide", dict(NORM, num_warps=warps), WHOLE))
-            if op == "rmsnorm":
-                CASES.append((op, shape, f"whole row in float32, N at run time, {warps} warps, however wide",
-                              dict(NORM, num_warps=warps), {**WHOLE, "LEAN": False}))
         for chunk, warps in ((1024, 2), (1024, 4), (1024, 8), (2048, 4), (2048, 8), (2048, 16), (4096, 4), (4096, 8),
                              (4096, 16)):
             CASES.append((op, shape, f"chunks of {chunk} columns, {warps} warps, the second read from L2",
-                          dict(NORM, num_warps=warps, chunk=chunk), LITERAL))
+                          dict(NORM, num_warps=warps, chunk=chunk), LITERAL_RMS if op == "rmsnorm" else LITERAL))
 for shape in ({"M": 4096, "N": 65536}, {"M": 1024, "N": 200000}, {"M": 8192, "N": 24576}, {"M": 3072, "N": 151936},
               {"M": 2048, "N": 100000}):
     soft = {"block": 4096, "num_warps": 8, "max_width": 16384}

@@ -25,8 +25,10 @@ OURS = sorted(operators.REGISTRY)
 # configuration was run on them once: `python tests/operators/template_runner.py --plan` with
 # "configs": null (benchmarks/results/scripted-h200/NOTES.md).
 INTERPRETED = {
-    "rmsnorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"}]},  # one row, 4-row
-    # tiles over M=5, and chunks of 1024 over rows wider than that (a last chunk of 452)
+    "rmsnorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"},
+                                                 {"M": 3, "N": 9000, "dtype": "bfloat16"}]},  # one row, 4-row
+    # tiles over M=5, a row whose last chunk of 1024 would hold 452 held whole (2500), and chunks past
+    # WHOLE_MAX (9000: of 2048 under chunk 1024, of 4096 under LOOP_ABOVE's, a last one of 808)
     "layernorm": {"configs": [0, 5, 7], "shapes": [{"M": 3, "N": 2500, "dtype": "bfloat16"}]},
     "softmax": {"configs": [0, 8], "shapes": [{"M": 3, "N": 40000, "dtype": "bfloat16"},
                                              {"M": 2, "N": 70000, "dtype": "bfloat16"}]},  # rows whole in registers,
@@ -242,6 +244,7 @@ def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_scaled_to_its_widt
     monkeypatch.setattr(JITFunction, "run", aot._record)
     op = operators.get(name)
     mod = load_module(TEMPLATES / f"{name}.py", f"loop_above_{name}")
+    mod.WHOLE_MAX = 0  # RMSNorm's rule for rows the chunks do not divide: its own test, below
 
     def launch(config, n):
         mod.CONFIG = config
@@ -294,6 +297,47 @@ def test_rmsnorm_holds_a_whole_row_as_loaded(monkeypatch):
     assert (wide["kernel"], wide["num_warps"], narrow["num_warps"]) == ("_rmsnorm_rows", 8, 4)
     assert wide["spill_bytes"] == narrow["spill_bytes"] == 0
     assert wide["registers"] <= 40 and narrow["registers"] <= 48, (wide, narrow)
+
+
+def test_rmsnorm_holds_a_row_whole_where_its_last_chunk_would_be_half_empty(monkeypatch):
+    """RMSNorm's rule over its chunkings (benchmarks/results/h200-lean): a row up to WHOLE_MAX columns
+    whose last chunk would hold half a chunk or less is held whole, at the configuration's warps or
+    one warp per 1024 lanes, whichever is more; a row the chunks divide, one whose last chunk is
+    fuller, or a wider row, is chunked as before."""
+    from triton.runtime.jit import JITFunction
+
+    from operators._operator import load_module
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import template_aot as aot
+
+    monkeypatch.setattr(JITFunction, "run", aot._record)
+    op = operators.get("rmsnorm")
+    mod = load_module(TEMPLATES / "rmsnorm.py", "rmsnorm_whole_max")
+
+    def launch(config, n):
+        mod.CONFIG = config
+        aot._launches.clear()
+        mod.kernel(*aot.meta_inputs(op, {"M": 4, "N": n, "dtype": "bfloat16"}))
+        (fn, _, kw), = aot._launches
+        return fn.__name__, kw.get("CHUNK"), kw["num_warps"]
+
+    chunks = {"num_warps": 8, "rows_per_program": 1, "chunk": 2048}
+    whole = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
+    assert mod.WHOLE_MAX == 8192
+    assert launch(chunks, 4608) == ("_rmsnorm_rows", None, 8)  # chunks of 2048: the third would hold 512
+    assert launch(chunks, 3072) == ("_rmsnorm_rows", None, 8)  # ... 1024 of 2048: half
+    assert launch(dict(chunks, num_warps=16), 5120) == ("_rmsnorm_rows", None, 16)
+    assert launch(whole, 7168) == ("_rmsnorm_rows", None, 8)  # LOOP_ABOVE's chunks: the fourth would hold 1024
+    assert launch(chunks, 3080) == ("_rmsnorm_chunked", 2048, 8)  # a last chunk of 1032: more than half
+    assert launch(chunks, 7680) == ("_rmsnorm_chunked", 2048, 8)
+    assert launch(chunks, 6144) == ("_rmsnorm_chunked", 2048, 8)  # three whole chunks
+    assert launch(whole, 6144) == ("_rmsnorm_chunked", mod.LOOP_CHUNK, mod.LOOP_WARPS)
+    assert launch(chunks, 4096) == ("_rmsnorm_chunked", 2048, 8)
+    assert launch(chunks, 8192) == ("_rmsnorm_chunked", 4096, 16)  # scaled to the row, and it divides
+    assert launch(chunks, 8200) == ("_rmsnorm_chunked", 4096, 16)  # past WHOLE_MAX: chunked, however the last
+    mod.WHOLE_MAX = 0
+    assert launch(chunks, 4608) == ("_rmsnorm_chunked", 2048, 8)
 
 
 def test_softmax_wide_rows_keep_statistics_per_thread_and_hold_their_head_where_l2_would_overflow(monkeypatch):

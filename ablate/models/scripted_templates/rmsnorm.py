@@ -3,17 +3,26 @@
 registers (read once, written once), the sum of squares in float32. Whatever the configuration,
 a program gets at least one warp per 1024 elements of its tile (at most 32 values a thread), so
 rows wider than the ones it was tuned on do not spill registers.
+The row is held as it was loaded (bf16, widened only for the output), the weights are loaded
+after the reduction, and the row's width is a compile-time constant, so the lanes past its end
+take no registers: compiled for sm_90 at 6144 columns and 8 warps, 38 registers a thread where the
+float32 kernel took 64. On the H200 at widths no eval shape has, side by side
+(benchmarks/results/h200-lean, rows-1): 4608 columns 0.0413 ms against 0.0506 (4 warps), 6144
+0.0551 against 0.0588 (8 warps); at 3072 and 7680 within 1.3% at 8 warps.
 chunk > 0 (rows wider than it): a program loops over its row in chunks of that many columns,
 twice: the sum of squares, then the output, the second read from L2 (the first asks L2 to keep
-the row). Far fewer registers a thread, so an SM holds more rows in flight: on the H200 the
-whole-row kernel at N=5120 held three programs an SM (37.5% occupancy, bound by registers) and
-reached 62.5% of DRAM bandwidth where torch.compile's chunked loop reached 70.5%
-(benchmarks/results/h200-counters).
+the row). Far fewer registers a thread, so an SM holds more rows in flight.
 Rows wider than LOOP_ABOVE columns are looped over in chunks of LOOP_CHUNK columns at LOOP_WARPS
 warps under a configuration that holds rows whole: on the H200, at widths no eval shape has
 (4608, 6144, 8192, 12288; benchmarks/results/h200-chunks), that chunking was the fastest against
-the whole row, 1.057x (worst 1.006x) in geomean, of those within the 2% noise of it at every width; at 1536 and
-3072 columns the whole row was as fast or faster.
+the float32 whole row, 1.057x (worst 1.006x) in geomean; at 1536 and 3072 columns the whole row
+was as fast or faster.
+But a row up to WHOLE_MAX columns whose last chunk would hold half a chunk or less is held whole,
+however configured: the loop spends a whole round trip, to memory and again to L2, on that last
+chunk. Against chunks of 2048 at 8 warps (h200-lean, rows-2): 3072 columns 0.0536 ms against
+0.0573, 4608 0.0426 against 0.0463, 6656 0.0596 against 0.0599; where the last chunk is fuller
+the chunks were as fast or faster (3584: 0.0611 against 0.0626 whole, 5632 0.0522 against
+0.0520, 7680 0.0659 against 0.0683).
 A chunking is written for rows of CHUNK_REF columns: a row wider by a power of two (or more)
 takes chunks and warps as many times larger, so that each thread loads as many values a chunk
 (8 under chunks of 2048 at 8 warps: one 16-byte load) and the row takes as many chunks. The loop
@@ -29,8 +38,8 @@ SHAPE_CONFIGS = {}  # "M=..,N=..": a configuration measured faster on that shape
 WARP_COLS = 1024  # at most this many columns of a tile per warp: 32 values a thread
 LOOP_ABOVE, LOOP_CHUNK, LOOP_WARPS = 4096, 2048, 8  # under a whole-row configuration, wider rows are looped in chunks
 CHUNK_REF = 4096  # the row width a chunking is written for: rows 2^k times wider scale it by 2^k
+WHOLE_MAX = 8192  # a row up to this wide whose last chunk would be half empty or less is held whole, however configured
 EPS = 1e-6
-LEAN = True  # TEMPORARY: the whole row held as loaded (False: the kernel before, for a side-by-side run)
 
 
 @triton.jit
@@ -53,19 +62,6 @@ def _rmsnorm_rows(x_ptr, w_ptr, y_ptr, M, N: tl.constexpr, stride, eps, ROWS: tl
     else:
         wide = x.to(tl.float32)
     tl.store(y_ptr + offs, (wide * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _rmsnorm_rows_fat(x_ptr, w_ptr, y_ptr, M, N, stride, eps, ROWS: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cols = tl.arange(0, BLOCK)
-    in_row = cols < N
-    mask = (rows[:, None] < M) & in_row[None, :]
-    w = tl.load(w_ptr + cols, mask=in_row, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    offs = rows[:, None].to(tl.int64) * stride + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
-    tl.store(y_ptr + offs, (x * rstd[:, None] * w[None, :]).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -94,13 +90,13 @@ def kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         cfg = {**cfg, "chunk": LOOP_CHUNK, "num_warps": LOOP_WARPS}
     scale = max(1, (1 << (N.bit_length() - 1)) // CHUNK_REF)
     chunk = cfg["chunk"] * scale
-    if 0 < chunk < N:
+    if 0 < chunk < N and not (N <= WHOLE_MAX and 0 < N % chunk <= chunk // 2):
         warps = min(32, max(cfg["num_warps"] * scale, chunk // WARP_COLS))
         _rmsnorm_chunked[(M,)](x, weight, y, N, x.stride(0), EPS, CHUNK=chunk, num_warps=warps)
         return y
     block = triton.next_power_of_2(N)
     rows = min(cfg["rows_per_program"], triton.next_power_of_2(M))
     warps = min(32, max(cfg["num_warps"], rows * block // WARP_COLS))
-    (_rmsnorm_rows if LEAN else _rmsnorm_rows_fat)[(triton.cdiv(M, rows),)](x, weight, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
+    _rmsnorm_rows[(triton.cdiv(M, rows),)](x, weight, y, M, N, x.stride(0), EPS, ROWS=rows, BLOCK=block,
                                            num_warps=warps)
     return y
