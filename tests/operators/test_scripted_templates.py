@@ -227,13 +227,10 @@ def test_a_shape_in_the_dispatch_table_launches_its_configuration(name, monkeypa
         assert launches(table, shape) == launches(render(source, configs[0]), shape)
 
 
-@pytest.mark.parametrize("name", ["rmsnorm", "layernorm"])
-def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_scaled_to_its_width(name, monkeypatch):
-    """The norms' width rules (benchmarks/results/h200-chunks): a whole-row configuration loops rows
-    wider than LOOP_ABOVE in chunks of LOOP_CHUNK at LOOP_WARPS and keeps narrower rows whole; a
-    configuration that names its own chunk keeps it up to twice CHUNK_REF columns; a row 2^k times
-    wider than CHUNK_REF takes chunks 2^k times larger (RMSNorm: and 2^k times the warps), and a
-    chunk scaled to the whole row is the whole row."""
+def _recorded(monkeypatch, name, tag):
+    """The template `name` loaded as a module of its own (`tag`), its Triton launches recorded instead
+    of run; with it launches(config, n): what it launches for an M=4, N=n bf16 input under config
+    (None: the module's CONFIG as it is), as (function, args, kwargs)."""
     from triton.runtime.jit import JITFunction
 
     from operators._operator import load_module
@@ -243,15 +240,35 @@ def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_scaled_to_its_widt
 
     monkeypatch.setattr(JITFunction, "run", aot._record)
     op = operators.get(name)
-    mod = load_module(TEMPLATES / f"{name}.py", f"loop_above_{name}")
-    mod.WHOLE_MAX = 0  # RMSNorm's rule for rows the chunks do not divide: its own test, below
+    mod = load_module(TEMPLATES / f"{name}.py", tag)
 
-    def launch(config, n):
-        mod.CONFIG = config
+    def launches(config, n):
+        if config is not None:
+            mod.CONFIG = config
         aot._launches.clear()
         mod.kernel(*aot.meta_inputs(op, {"M": 4, "N": n, "dtype": "bfloat16"}))
-        (fn, _, kw), = aot._launches
-        return fn.__name__, kw.get("CHUNK"), kw["num_warps"]
+        return list(aot._launches)
+
+    return mod, launches, aot
+
+
+def _kernel_chunk_warps(launches):
+    (fn, _, kw), = launches
+    return fn.__name__, kw.get("CHUNK"), kw["num_warps"]
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "layernorm"])
+def test_a_norm_row_wider_than_loop_above_is_looped_in_chunks_scaled_to_its_width(name, monkeypatch):
+    """The norms' width rules (benchmarks/results/h200-chunks): a whole-row configuration loops rows
+    wider than LOOP_ABOVE in chunks of LOOP_CHUNK at LOOP_WARPS and keeps narrower rows whole; a
+    configuration that names its own chunk keeps it up to twice CHUNK_REF columns; a row 2^k times
+    wider than CHUNK_REF takes chunks 2^k times larger (RMSNorm: and 2^k times the warps), and a
+    chunk scaled to the whole row is the whole row."""
+    mod, launches, _ = _recorded(monkeypatch, name, f"loop_above_{name}")
+    mod.WHOLE_MAX = 0  # RMSNorm's rule for a last chunk half empty or less: its own test, below
+
+    def launch(config, n):
+        return _kernel_chunk_warps(launches(config, n))
 
     whole = {"num_warps": 2, "rows_per_program": 1, "chunk": 0}
     chunked = f"_{name}_chunked"
@@ -274,23 +291,11 @@ def test_rmsnorm_holds_a_whole_row_as_loaded(monkeypatch):
     warps at most 48; the float32 kernel before took 64 in both (benchmarks/results/h200-lean)."""
     if not _has_sm90_compiler():
         pytest.skip("this Triton has no NVIDIA backend (ptxas, cuobjdump) to compile for sm_90 with")
-    from triton.runtime.jit import JITFunction
-
-    from operators._operator import load_module
-
-    monkeypatch.syspath_prepend(str(HERE))
-    import template_aot as aot
-
-    monkeypatch.setattr(JITFunction, "run", aot._record)
-    op = operators.get("rmsnorm")
-    mod = load_module(TEMPLATES / "rmsnorm.py", "rmsnorm_lean")
+    mod, launches, aot = _recorded(monkeypatch, "rmsnorm", "rmsnorm_lean")
     mod.LOOP_ABOVE = 1 << 30  # rows held whole however wide
 
     def compiled(n, warps):
-        mod.CONFIG = {"num_warps": warps, "rows_per_program": 1, "chunk": 0}
-        aot._launches.clear()
-        mod.kernel(*aot.meta_inputs(op, {"M": 4, "N": n, "dtype": "bfloat16"}))
-        (launch,) = aot._launches
+        (launch,) = launches({"num_warps": warps, "rows_per_program": 1, "chunk": 0}, n)
         return aot.compile_launch(*launch)
 
     wide, narrow = compiled(6144, 8), compiled(4096, 4)
@@ -304,23 +309,10 @@ def test_rmsnorm_holds_a_row_whole_where_its_last_chunk_would_be_half_empty(monk
     whose last chunk would hold half a chunk or less is held whole, at the configuration's warps or
     one warp per 1024 lanes, whichever is more; a row the chunks divide, one whose last chunk is
     fuller, or a wider row, is chunked as before."""
-    from triton.runtime.jit import JITFunction
-
-    from operators._operator import load_module
-
-    monkeypatch.syspath_prepend(str(HERE))
-    import template_aot as aot
-
-    monkeypatch.setattr(JITFunction, "run", aot._record)
-    op = operators.get("rmsnorm")
-    mod = load_module(TEMPLATES / "rmsnorm.py", "rmsnorm_whole_max")
+    mod, launches, _ = _recorded(monkeypatch, "rmsnorm", "rmsnorm_whole_max")
 
     def launch(config, n):
-        mod.CONFIG = config
-        aot._launches.clear()
-        mod.kernel(*aot.meta_inputs(op, {"M": 4, "N": n, "dtype": "bfloat16"}))
-        (fn, _, kw), = aot._launches
-        return fn.__name__, kw.get("CHUNK"), kw["num_warps"]
+        return _kernel_chunk_warps(launches(config, n))
 
     chunks = {"num_warps": 8, "rows_per_program": 1, "chunk": 2048}
     whole = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
@@ -346,22 +338,11 @@ def test_softmax_wide_rows_keep_statistics_per_thread_and_hold_their_head_where_
     block; a wider one goes at WIDE_WARPS warps with statistics per thread, and holds its head in
     registers only where ROWS_AN_SM rows an SM outgrow L2 (2 x 132 x 100000 x 2 B = 52.8 MB fits,
     2 x 132 x 128256 x 2 B = 67.7 MB does not)."""
-    from triton.runtime.jit import JITFunction
-
-    from operators._operator import load_module
-
-    monkeypatch.syspath_prepend(str(HERE))
-    import template_aot as aot
-
-    monkeypatch.setattr(JITFunction, "run", aot._record)
-    op = operators.get("softmax")
-    mod = load_module(TEMPLATES / "softmax.py", "softmax_wide_rule")
+    mod, launches, aot = _recorded(monkeypatch, "softmax", "softmax_wide_rule")
     mod._num_sms, mod._l2_bytes = (lambda device: aot.SMS), (lambda device: aot.L2_BYTES)
 
     def launch(n):
-        aot._launches.clear()
-        mod.kernel(*aot.meta_inputs(op, {"M": 4, "N": n, "dtype": "bfloat16"}))
-        (fn, _, kw), = aot._launches
+        (fn, _, kw), = launches(None, n)
         return fn.__name__, kw.get("BLOCK"), kw.get("HOLD"), kw.get("LANES"), kw["num_warps"]
 
     mod.CONFIG = {"block": 4096, "num_warps": 8, "max_width": 16384}
