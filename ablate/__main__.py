@@ -1,5 +1,10 @@
 """`python -m ablate [+harness=H] [+model=M] [operators=SET] [study=S] ...` (Hydra).
 
+`--help` is conf/hydra/help/ablate.yaml. Every override's key is checked against the schemas before
+Hydra composes (ablate.config.check_overrides): one line naming the unknown key and the valid ones.
+`dry_run=true` prints the plan (ablate.dry_run) and runs nothing. A study ends with its tables and
+the path of its report (runner.print_report).
+
 `+trial=<trial id>` runs that one trial of the study. Multirun (`-m`) makes every job one trial
 this way (hydra_plugins/ablate_sweeper); a job raises its errors instead of exiting, so that the
 launcher (submitit, SLURM) records them and the sweep reports them.
@@ -30,6 +35,11 @@ def main(cfg: DictConfig) -> None:
     study_dir = None
     try:
         resolved = runner.config_dict(cfg)
+        if resolved.get("dry_run"):
+            from ablate import dry_run
+
+            print(dry_run.text(resolved))
+            return
         study_dir = f"{resolved['store']}/{resolved['study']['name']}"
         try:
             paths = runner.run_study(resolved, resolved["store"], only=trial)
@@ -59,5 +69,31 @@ def main(cfg: DictConfig) -> None:
         raise
 
 
+def check_command_line(argv: list[str]) -> None:
+    """Before Hydra composes: every override's key exists (`+` or not), and a dry run is not a sweep.
+    Exits 2 with one line; what Hydra checks itself (group options, syntax) is left to it."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.errors import HydraException
+
+    try:
+        args = get_args_parser().parse_args(argv)
+    except SystemExit:  # Hydra's own parser will say what is wrong
+        return
+    if args.help or args.hydra_help:
+        return
+    try:
+        ablate.config.check_overrides(args.overrides)
+    except HydraException:  # a syntax error: Hydra's parser says where
+        return
+    except AblateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if args.multirun and any(o.replace(" ", "").lower() in ("dry_run=true", "+dry_run=true") for o in args.overrides):
+        print("error: dry_run=true plans one run and launches nothing; drop -m (one dry run per point of the sweep)",
+              file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    check_command_line(sys.argv[1:])
     main()

@@ -1,8 +1,12 @@
 """Config schemas, registered in Hydra's ConfigStore: a misspelt key fails when the config is
 composed, with the valid keys in the message.
 
-    python -m ablate budget.max_token=100
-    -> Key 'max_token' not in 'budget (valid: turns, tokens, cost_usd, wall_s, tool_s, gpu_s)'
+    python -m ablate +budget.turnz=1
+    -> error: +budget.turnz=1: unknown key 'turnz' (did you mean 'turns'?); valid keys of budget: turns, ...
+
+A key added with `+` (`+study.seed=[0]`) escapes Hydra's typed check, so the CLI checks every
+override's key against the schemas first (`check_overrides`); a misspelt key in a YAML file fails
+at compose time with the node's valid keys in its name.
 
 The schemas are made from the dataclasses the code runs with (the budget, the sandbox limits, each
 mechanism's options), so a field exists in one place only. `conf/config.yaml` names the top-level
@@ -13,6 +17,7 @@ Importing this module registers the schemas (the CLI and the config tests do).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -76,6 +81,9 @@ Mechanisms = dataclasses.make_dataclass(
     [(name, Optional[schema_of(m.Options, name)], field(default=None)) for name, m in harnesses.MECHANISMS.items()])
 
 
+Model = schema_of(ModelConfig, "model")
+
+
 @dataclass
 class HarnessConfig:
     name: str = MISSING
@@ -92,18 +100,23 @@ class AblationConfig:
     remove: List[str] = field(default_factory=list)  # specialist-X; [all]: each of its mechanisms
 
 
+Harness = schema_of(HarnessConfig, "harness")
+Ablation = schema_of(AblationConfig, "ablation")
+
+
 @dataclass
 class StudyConfig:
     name: str = MISSING
     seeds: List[int] = field(default_factory=lambda: [0])
     baseline_arm: Optional[str] = "goal_only"
-    arms: Dict[str, HarnessConfig] = field(default_factory=dict)
-    model: Optional[ModelConfig] = None
-    ablation: Optional[AblationConfig] = None
+    arms: Dict[str, Harness] = field(default_factory=dict)
+    model: Optional[Model] = None
+    ablation: Optional[Ablation] = None
     scopes: List[str] = field(default_factory=lambda: ["multi_shape"])  # see ablations.SCOPES
     description: str = ""
 
 
+Study = schema_of(StudyConfig, "study")
 Budget = schema_of(harnesses.Budget, "budget")
 Sandbox = schema_of(Limits, "sandbox")
 
@@ -112,22 +125,85 @@ Sandbox = schema_of(Limits, "sandbox")
 class AblateConfig:
     operators: Any = MISSING  # conf/operators: names, shapes, external baselines, or an external source
     budget: Budget = field(default_factory=Budget)
-    study: StudyConfig = MISSING
+    study: Study = MISSING
     sandbox: Sandbox = field(default_factory=Sandbox)
     store: str = "runs"
     parallel: Any = "auto"
     retries: int = 2  # more attempts for a trial that failed for a reason not the agent's
     retry_delay_s: float = 60.0
     analysis: Dict[str, Any] = field(default_factory=dict)
-    model: Optional[ModelConfig] = None  # +model=NAME: the study's arms with this model
-    harness: Optional[HarnessConfig] = None  # +harness=NAME: only this arm
-    reviewer_model: Optional[ModelConfig] = None  # +model@reviewer_model=NAME; null: the agent's own model
+    model: Optional[Model] = None  # +model=NAME: the study's arms with this model
+    harness: Optional[Harness] = None  # +harness=NAME: only this arm
+    reviewer_model: Optional[Model] = None  # +model@reviewer_model=NAME; null: the agent's own model
     flashinfer: Optional[Dict[str, Any]] = None  # conf/operators/flashinfer.yaml's own keys
     kernelbench: Optional[Dict[str, Any]] = None  # conf/operators/kernelbench.yaml's own keys
+    dry_run: bool = False  # print the plan (trials, what is stored, GPU time, model cost) and run nothing
+
+
+Root = schema_of(AblateConfig, "the config")
+ADDED_BY_THE_SWEEPER = ("trial",)  # +trial=<id>: the one trial a sweep's job runs (hydra_plugins/ablate_sweeper)
+NEED_A_CHOICE = {  # nodes that are null until a group option fills them, and how to change them instead
+    "model": "+model=NAME first (e.g. +model=fable-5.1), or change the study's own model with study.model.KEY=...",
+    "harness": "+harness=NAME first (e.g. +harness=kda05), or change a study's arm with study.arms.ARM.KEY=...",
+    "reviewer_model": "+model@reviewer_model=NAME first (e.g. +model@reviewer_model=claude-haiku-4.5)"}
+
+
+def _node_type(tp: Any) -> Any:
+    """Optional[X] -> X."""
+    if typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else Any
+    return tp
+
+
+def key_problem(path: list[str]) -> str | None:
+    """Why a dotted key is not in the schema (one line naming the valid keys), or None. Keys under
+    a node typed Any (operators, analysis) are the code's to check."""
+    tp: Any = Root
+    for i, part in enumerate(path):
+        tp = _node_type(tp)
+        if dataclasses.is_dataclass(tp):
+            names = [f.name for f in dataclasses.fields(tp)]
+            if part not in names:
+                where = ".".join(path[:i]) or "the config"
+                close = difflib.get_close_matches(part, names, n=1)
+                return (f"unknown key {part!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                        + f"; valid keys of {where}: {', '.join(names)}")
+            tp = typing.get_type_hints(tp)[part]
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    return None
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Raise AblateError (one line: the override, its unknown key, the valid keys) for a command-line
+    override whose key the schemas do not have, `+` or not, or that changes a node nothing set.
+    Group choices (`study=justgoal`, `+model=fable-5.1`) and Hydra's own keys are Hydra's to check."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from ablate.errors import AblateError
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    chosen = {o.package or o.key_or_group for o in parsed if "." not in o.key_or_group}
+    for o in parsed:
+        key = o.key_or_group
+        path = key.split(".")
+        if "/" in key or o.package is not None or path[0] in ("hydra", *ADDED_BY_THE_SWEEPER):
+            continue
+        if len(path) == 1 and dataclasses.is_dataclass(_node_type(typing.get_type_hints(Root).get(key))):
+            continue  # a config group's option (budget=small, +model=NAME)
+        problem = key_problem(path)
+        if problem:
+            raise AblateError(f"{o.input_line}: {problem}")
+        if len(path) > 1 and path[0] in NEED_A_CHOICE and path[0] not in chosen and not (o.is_add() or o.is_force_add()):
+            raise AblateError(f"{o.input_line}: no {path[0]} is set in this run to change; give "
+                              f"{NEED_A_CHOICE[path[0]]}")
 
 
 def register() -> None:
-    ConfigStore.instance().store(name=SCHEMA, node=AblateConfig)
+    ConfigStore.instance().store(name=SCHEMA, node=Root)
 
 
 register()

@@ -100,12 +100,44 @@ def preflight(specs: list[TrialSpec]) -> None:
 
 
 def print_report(study_dir: Path | str, cfg: dict[str, Any], paths: list[Path] | None = None) -> None:
-    """The study's tables, when it has records (analysis.report)."""
+    """The study's tables, when it has records, then its report written to <study>/report and the
+    lines saying where it is and how to write it again (analysis.report)."""
     from analysis import report
 
-    if paths or Path(study_dir).is_dir():
-        print(report.text(Path(study_dir), baseline=cfg["study"].get("baseline_arm"),
-                          rejected_as=cfg["analysis"]["rejected_as"]))
+    study_dir = Path(study_dir)
+    if not (paths or study_dir.is_dir()):
+        return
+    baseline, rejected_as = cfg["study"].get("baseline_arm"), cfg["analysis"]["rejected_as"]
+    print(report.text(study_dir, baseline=baseline, rejected_as=rejected_as))
+    again = f"python -m analysis {study_dir}" + (f" --baseline {baseline}" if baseline else "")
+    if rejected_as != 1.0:
+        again += f" --rejected-as {rejected_as}"
+    try:
+        index = report.write(study_dir, study_dir / "report", baseline, rejected_as, quiet=True)
+    except Exception as e:  # noqa: BLE001 - the records are stored; the report can be written again
+        print(f"\nreport: not written ({type(e).__name__}: {e}); to write it: {again}")
+        return
+    print(f"\nreport: {index} (tables: {index.parent / 'tables.md'}, CSV in {index.parent / 'tables'})")
+    print(f"again, from the records alone: {again}")
+    note = smoke_note(cfg)
+    if note:
+        print(note)
+
+
+SMOKE_ON_A_GPU = ("note: on this GPU the kernels are timed on the operators' smoke shapes (microseconds: launch "
+                  "overhead, not kernels), so their speedups and speed-of-light fractions are not comparable with "
+                  "public/eval figures; for those: python -m ablate operators.shapes.public=public "
+                  "operators.shapes.eval=eval")
+
+
+def smoke_note(cfg: dict[str, Any], gpu: bool | None = None) -> str | None:
+    """One line when the study's kernels are judged on smoke shapes on a GPU (this machine's, unless
+    `gpu` says): figures that measure launches, not kernels."""
+    if gpu is None:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    return SMOKE_ON_A_GPU if gpu and "smoke" in (cfg["operators"].get("shapes") or {}).values() else None
 
 
 def gpu_slots(setting: Any) -> list[str | None]:
@@ -146,6 +178,9 @@ def run_study(cfg: dict[str, Any], store_root: Path, log=print, only: str | None
         log(f"resuming: {len(specs) - len(todo)} of {len(specs)} trials already in {store.root / specs[0].study}")
     if not todo:
         return []
+    note = smoke_note(cfg)
+    if note:
+        log(note)
     preflight(todo)
     slots = gpu_slots(cfg.get("parallel", "auto"))
     retries = int(cfg.get("retries", 2))

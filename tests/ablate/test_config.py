@@ -82,8 +82,12 @@ def conf_copy(tmp_path):
     ("harness/typo.yaml", "name: typo\nmechanisms:\n  knowlege: {}\n",
      "Key 'knowlege' not in 'mechanisms (valid: knowledge, search, workflow, profiler, reviewer, evaluate_tool)'"),
     ("harness/typo.yaml", "name: typo\nmechanisms:\n  reviewer: {round: 3}\n", "Key 'round' not in 'reviewer (valid: rounds)'"),
-    ("model/typo.yaml", "name: typo\nprovider: scripted\nmax_token: 100\n", "Key 'max_token' not in 'ModelConfig'"),
-    ("study/typo.yaml", "# @package _global_\nstudy:\n  name: typo\n  seed: [0]\n", "Key 'seed' not in 'StudyConfig'"),
+    ("model/typo.yaml", "name: typo\nprovider: scripted\nmax_token: 100\n",
+     "object_type=model (valid: name, provider, id, max_tokens, temperature,"),
+    ("study/typo.yaml", "# @package _global_\nstudy:\n  name: typo\n  seed: [0]\n",
+     "object_type=study (valid: name, seeds, baseline_arm, arms, model, ablation, scopes, description)"),
+    ("study/typo.yaml", "# @package _global_\nstudy:\n  name: typo\nstudies: {}\n",
+     "Key 'studies' not in 'the config (valid: operators, budget, study,"),
 ])
 def test_a_misspelt_key_fails_at_compose_time_naming_the_valid_ones(conf_copy, path, text, message):
     (conf_copy / path).write_text(text)
@@ -115,6 +119,18 @@ def test_a_real_model_run_gets_its_budget_and_public_eval_shapes(hydra_ctx):
     # and the user's shape override wins for a real model
     cfg = compose("config", overrides=["+model=fable-5.1", "operators.shapes.public=smoke"])
     assert {s.shapes["public"] for s in ablations.expand(plain(cfg))} == {"smoke"}
+
+
+def test_the_typed_schemas_name_their_valid_keys(hydra_ctx):
+    """What OmegaConf prints for an unknown key in a YAML file is the node's type name: it lists the keys."""
+    from ablate.config import key_problem
+
+    assert key_problem(["study", "seed"]) == ("unknown key 'seed' (did you mean 'seeds'?); valid keys of study: "
+                                              "name, seeds, baseline_arm, arms, model, ablation, scopes, description")
+    assert key_problem(["operators", "anything", "goes"]) is None  # untyped: the operator loader checks it
+    assert key_problem(["study", "arms", "any_arm", "mechanisms", "reviewer", "rounds"]) is None
+    assert key_problem(["study", "arms", "any_arm", "mechanisms", "reviewer", "round"]).startswith(
+        "unknown key 'round' (did you mean 'rounds'?); valid keys of study.arms.any_arm.mechanisms.reviewer: rounds")
 
 
 def test_justgoal_plans_the_papers_design(hydra_ctx):

@@ -329,3 +329,79 @@ def test_kill_9_of_a_parallel_runner_takes_its_trial_processes_with_it(tmp_path)
 
     _wait(gone, timeout=20, what="the trial processes to end")
     assert len(Store(tmp_path / "store").clean_stale("t")) == 2  # both attempts kept, as a dead run's
+
+
+# --- the plan before a run, the report after it -------------------------------------------------
+
+
+def test_a_dry_run_counts_what_is_planned_and_stored_and_writes_nothing(tmp_path):
+    from ablate import dry_run
+
+    c = dict(cfg(tmp_path), store=str(tmp_path / "store"))
+    before = dry_run.text(c)
+    assert "multi_shape: 1 operator x 1 shape set ('smoke' shown, 'smoke' judged) x 2 seeds x 1 arm = 2 trials" in before
+    assert f"2 planned, 0 already stored in {tmp_path / 'store'}/t, 2 to run" in before
+    assert "model cost: $0" in before
+    assert not (tmp_path / "store").exists()  # planning wrote nothing
+    runner.run_study(c, tmp_path / "store", log=lambda *a: None, only=runner.plan(c)[0].trial_id)
+    after = dry_run.text(c)
+    assert "2 planned, 1 already stored" in after and "1 to run" in after
+    assert len(list((tmp_path / "store" / "t").glob("*/record.json"))) == 1
+
+
+def test_the_dry_runs_time_rests_on_the_budget_and_on_measured_trials():
+    from ablate import dry_run
+
+    class Spec:
+        shapes = {"public": "public", "eval": "eval"}
+
+    c = {"budget": {"wall_s": 1200}, "study": {"model": {"provider": "anthropic"}}, "parallel": "auto"}
+    lines = dry_run.time_lines(c, [Spec()] * 3, ["0", "1", "2"], gpu=True)
+    assert any("at most 20m00s (3 x budget.wall_s 1200 s / 3 GPUs)" in x for x in lines), lines
+    assert any("no trial of an API model has been measured" in x for x in lines)
+    c["study"]["model"] = {"provider": "scripted"}
+    lines = dry_run.time_lines(c, [Spec()] * 10, [None], gpu=False)
+    assert any(x.startswith("  on one H200: about 10m30s (10 x 63 s") and "h200-study" in x for x in lines), lines
+    assert any("not measured for the scripted policy on public/eval shapes" in x for x in lines)
+
+
+def test_the_dry_runs_model_cost_is_the_budgets_ceiling_at_the_models_prices(monkeypatch):
+    from ablate import dry_run
+
+    monkeypatch.delenv("SOME_KEY", raising=False)
+    model = {"name": "m", "provider": "anthropic", "api_key_env": "SOME_KEY",
+             "price_per_mtok": {"input": 10.0, "output": 50.0, "cache_read": 0.25, "cache_write": 12.5}}
+    c = {"model": model, "study": {}, "budget": {"tokens": 400_000, "cost_usd": 50.0}}
+    lines = dry_run.cost_lines(c, 10)
+    assert lines[0].startswith("model cost: at most $200 (10 trials x $20.00, budget.tokens 400,000 at the dearest "
+                               "rate of m, $50 per million tokens"), lines
+    assert "not a forecast" in lines[1] and lines[2] == "  note: SOME_KEY is not set: a run would stop before its first trial"
+    c["budget"] = {"tokens": 400_000, "cost_usd": 5.0}
+    assert dry_run.cost_lines(c, 10)[0].startswith("model cost: at most $50.00 (10 trials x $5.00, budget.cost_usd")
+    c["budget"] = {"tokens": None, "cost_usd": None}
+    assert dry_run.cost_lines(c, 10)[0].startswith("model cost: unbounded")
+    monkeypatch.setenv("SOME_KEY", "k")
+    assert not any("SOME_KEY" in x for x in dry_run.cost_lines(c, 10))
+    c["model"] = {"name": "scripted", "provider": "scripted"}
+    assert dry_run.cost_lines(c, 10) == ["model cost: $0 (the scripted policy and replayed calls use no API)"]
+
+
+def test_a_study_ends_with_its_reports_path_and_the_command_that_writes_it_again(tmp_path, capsys):
+    c = dict(cfg(tmp_path, seeds=(0,)), analysis={"rejected_as": 1.0})
+    paths = runner.run_study(c, tmp_path / "store", log=lambda *a: None)
+    capsys.readouterr()
+    study = tmp_path / "store" / "t"
+    runner.print_report(study, c, paths)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert f"report: {study}/report/index.html (tables: {study}/report/tables.md, CSV in {study}/report/tables)" in out
+    assert out[-1] == f"again, from the records alone: python -m analysis {study} --baseline goal_only"
+    assert (study / "report" / "index.html").is_file() and (study / "report" / "tables.md").is_file()
+
+
+def test_smoke_shapes_on_a_gpu_are_said_to_be_not_comparable():
+    smoke = {"operators": {"shapes": {"public": "smoke", "eval": "smoke"}}}
+    note = runner.smoke_note(smoke, gpu=True)
+    assert note and "not comparable" in note and "operators.shapes.public=public operators.shapes.eval=eval" in note
+    assert "\n" not in note
+    assert runner.smoke_note(smoke, gpu=False) is None  # the CPU interpreter's timings are labelled already
+    assert runner.smoke_note({"operators": {"shapes": {"public": "public", "eval": "eval"}}}, gpu=True) is None
