@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 import harnesses
 from ablate.sandbox import Limits
@@ -202,8 +202,17 @@ def check_overrides(overrides: list[str]) -> None:
                               f"{NEED_A_CHOICE[path[0]]}")
 
 
+def scripted_smoke(which: str, _root_: Any) -> str:
+    """`${scripted_smoke:public}` (conf/study/smoke.yaml): "smoke" when the run's model (+model, else
+    the study's) is the scripted policy, else `which`; a value the user sets replaces it."""
+    model = _root_.get("model") or _root_.get("study", {}).get("model") or {}
+    return "smoke" if model.get("provider") == "scripted" else which
+
+
 def register() -> None:
     ConfigStore.instance().store(name=SCHEMA, node=Root)
+    if not OmegaConf.has_resolver("scripted_smoke"):
+        OmegaConf.register_new_resolver("scripted_smoke", scripted_smoke)
 
 
 register()

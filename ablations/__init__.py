@@ -13,8 +13,10 @@ ablation derives, one mechanism at a time, from a baseline and a specialist arm:
 Scopes (``study.scopes``), each planned in full:
     multi_shape   the operator set's shapes: public shown to the agent, eval (public + hidden) judged
     single_shape  one trial per eval shape; the agent is shown exactly the shape it is judged on
-    smoke         the operators' smoke shapes, for the scripted policy on a CPU; any other model
-                  is measured on public/eval shapes (toy shapes measure launches, not kernels)
+    smoke         the operator set's shapes as configured, like multi_shape; the default study
+                  (conf/study/smoke.yaml) configures the smoke shapes for the scripted policy on a
+                  CPU and public/eval for any other model (toy shapes measure launches, not
+                  kernels), and a user's operators.shapes override wins over both
 """
 from __future__ import annotations
 
@@ -74,8 +76,6 @@ def derived(study: str, named: dict[str, dict[str, Any]], ablation: dict[str, An
 def scope_shapes(scope: str, cfg: dict[str, Any], model: dict[str, Any], operator: str) -> list[dict[str, str]]:
     """The {public, eval} shape-set names each trial of this scope gets, for one operator."""
     shapes = dict(cfg["operators"]["shapes"])
-    if scope == "smoke" and model.get("provider") == "scripted":
-        return [{"public": "smoke", "eval": "smoke"}]
     if scope in ("multi_shape", "smoke"):
         return [shapes]
     if scope == "single_shape":

@@ -121,6 +121,18 @@ def test_a_real_model_run_gets_its_budget_and_public_eval_shapes(hydra_ctx):
     assert {s.shapes["public"] for s in ablations.expand(plain(cfg))} == {"smoke"}
 
 
+def test_the_users_shapes_win_over_the_default_studys_smoke_shapes(hydra_ctx):
+    """The smoke shapes the default study gives the scripted model are config values, so an override
+    replaces them: on a GPU, public/eval shapes give figures worth comparing."""
+    both = ["operators.shapes.public=public", "operators.shapes.eval=eval"]
+    specs = ablations.expand(plain(compose("config", overrides=both)))
+    assert {(s.shapes["public"], s.shapes["eval"]) for s in specs} == {("public", "eval")} and len(specs) == 4
+    one = ablations.expand(plain(compose("config", overrides=["operators.shapes.public=public"])))
+    assert {(s.shapes["public"], s.shapes["eval"]) for s in one} == {("public", "smoke")}  # the other stays the study's
+    named = plain(compose("config", overrides=["+model=scripted"]))  # the scripted model named by the user too
+    assert named["operators"]["shapes"] == {"public": "smoke", "eval": "smoke"}
+
+
 def test_the_typed_schemas_name_their_valid_keys(hydra_ctx):
     """What OmegaConf prints for an unknown key in a YAML file is the node's type name: it lists the keys."""
     from ablate.config import key_problem

@@ -85,10 +85,13 @@ def test_single_shape_scope_gives_one_trial_per_eval_shape_the_agent_sees():
     assert len({s.match_key for s in specs}) == len(evals)  # each shape its own match
 
 
-def test_smoke_scope_is_for_the_scripted_policy_only():
+def test_smoke_scope_takes_the_shapes_as_configured():
+    """The smoke shapes for the scripted model are the default study's config (conf/study/smoke.yaml),
+    so a user's operators.shapes override wins; the scope itself plans what the config says."""
     c = cfg(scopes=["smoke"])
-    assert scope_shapes("smoke", c, MODEL, "rmsnorm") == [{"public": "smoke", "eval": "smoke"}]
-    assert scope_shapes("smoke", c, {"provider": "anthropic", "id": "m"}, "rmsnorm") == [{"public": "public", "eval": "eval"}]
+    assert scope_shapes("smoke", c, MODEL, "rmsnorm") == [{"public": "public", "eval": "eval"}]
+    c["operators"]["shapes"] = {"public": "smoke", "eval": "smoke"}
+    assert scope_shapes("smoke", c, {"provider": "anthropic", "id": "m"}, "rmsnorm") == [{"public": "smoke", "eval": "smoke"}]
     with pytest.raises(AblateError, match="unknown scope 'tiny'; valid scopes: multi_shape, single_shape, smoke"):
         expand(cfg(scopes=["tiny"]))
 
