@@ -2,6 +2,7 @@
 torch and triton; otherwise the run stops before any trial with one line."""
 import json
 import os
+import site
 import subprocess
 import sys
 import tempfile
@@ -59,10 +60,21 @@ except AblateError as e:
 
 @pytest.fixture(scope="module")
 def tmp_venv():
-    """A venv under /tmp (the sandbox's /tmp is private), sharing this interpreter's packages."""
+    """A venv under /tmp (the sandbox's /tmp is private) that sees this interpreter's packages.
+    A venv made from a venv (a `.venv` in the checkout) is based on the base interpreter, whose
+    site-packages `--system-site-packages` adds, and which may have no torch: so a .pth file adds
+    this interpreter's own site-packages too, wherever they are."""
     with tempfile.TemporaryDirectory(prefix="ablate-venv-", dir="/tmp") as d:
         venv = Path(d) / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+        ours = [p for p in site.getsitepackages() if os.path.isdir(p)]
+        (site_dir,) = venv.glob("lib/python*/site-packages")
+        (site_dir / "ablate_test_parent.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in ours))
+        seen = subprocess.run([str(venv / "bin/python"), "-c", "import torch, triton"], capture_output=True, text=True,
+                              timeout=300)
+        if seen.returncode != 0:
+            pytest.skip(f"a venv made from {sys.executable} does not import torch and triton even with this "
+                        f"interpreter's site-packages {ours} added: {seen.stderr.strip().splitlines()[-1:]}")
         yield venv
 
 
