@@ -264,6 +264,22 @@ class Store:
                 out.append({"kind": "infrastructure", "cause": "node_lost", "message": f"{d}: no incomplete.json"})
         return out
 
+    def paid_before(self, study: str, trial_id: str) -> list[dict[str, Any]]:
+        """What each of this trial's incomplete attempts paid for, oldest first: {attempt, kind,
+        cause, paid (a usage dict, or None)}; from incomplete.json, else its model_calls.jsonl."""
+        folder = self.root / study / INCOMPLETE / trial_id
+        out = []
+        for d in sorted(folder.glob("*"), key=lambda p: (len(p.name), p.name)):
+            try:
+                info = json.loads((d / "incomplete.json").read_text())
+                failure = info.get("failure") or {}
+            except (OSError, ValueError, AttributeError):
+                info, failure = {}, {"kind": "infrastructure", "cause": "node_lost"}
+            paid = info.get("paid") if isinstance(info.get("paid"), dict) else _paid(d / "model_calls.jsonl")
+            out.append({"attempt": info.get("attempt"), "kind": failure.get("kind"), "cause": failure.get("cause"),
+                        "paid": paid})
+        return out
+
     def _keep_incomplete(self, tmp: Path, study: str, trial_id: str) -> Path:
         folder = self.root / study / INCOMPLETE / trial_id
         folder.mkdir(parents=True, exist_ok=True)
@@ -324,7 +340,8 @@ def _owner_alive(owner: dict[str, Any], heartbeat: float) -> bool:
 
 
 def _paid(model_calls: Path) -> dict[str, Any] | None:
-    """Tokens and cost of the model calls an attempt made (from its streamed model_calls.jsonl)."""
+    """Tokens and cost of the model calls an attempt made (from its streamed model_calls.jsonl),
+    the requests that failed before a reply (or instead of one) included."""
     total: dict[str, Any] = {}
     try:
         lines = model_calls.read_text().splitlines()
@@ -332,12 +349,15 @@ def _paid(model_calls: Path) -> dict[str, Any] | None:
         return None
     for line in lines:
         try:
-            usage = json.loads(line)["response"]["usage"]
-        except (ValueError, KeyError, TypeError):
+            call = json.loads(line)
+            usages = [(call.get("response") or {}).get("usage") or {}]
+            usages += [f.get("usage") or {} for f in call.get("failed_attempts") or []]
+        except (ValueError, AttributeError, TypeError):
             continue  # a line cut by the crash
-        for k, v in usage.items():
-            if isinstance(v, (int, float)):
-                total[k] = total.get(k, 0) + v
+        for usage in usages:
+            for k, v in usage.items():
+                if isinstance(v, (int, float)):
+                    total[k] = total.get(k, 0) + v
     return total
 
 

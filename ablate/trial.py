@@ -166,16 +166,14 @@ def task_for(spec: TrialSpec, op: operators.Operator, gpu: str | None) -> Task:
 
 
 class _Streamed(models.Recorder):
-    """The recorder, writing each call to the trial directory as soon as it returns."""
+    """The recorder, writing each call to the trial directory as soon as it returns (or fails)."""
 
     def __init__(self, model, writer: TrialWriter):
         super().__init__(model)
         self.writer = writer
 
-    def generate(self, system, messages, tools):
-        response = super().generate(system, messages, tools)
-        self.writer.model_call(self.calls[-1])
-        return response
+    def recorded(self, call):
+        self.writer.model_call(call)
 
 
 def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
@@ -228,10 +226,10 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
             writer.write("evaluation.json", json.dumps(evaluation, indent=1, default=str))
             record = trial_record(spec, model, harness.describe(), agent, evaluation, eval_s, env,
                                   ws.describe() if hasattr(ws, "describe") else {}, started, op, attempt, failures,
-                                  snaps.describe())
+                                  snaps.describe(), store.paid_before(spec.study, spec.trial_id))
             return writer.commit(record)
     except BaseException as e:
-        writer.fail(failure_of(e), paid=model.usage.to_dict())
+        writer.fail(failure_of(e), paid=model.paid.to_dict())
         raise
     finally:
         if gpu_lock is not None:
@@ -263,9 +261,11 @@ def claim_gpu(env: dict[str, Any], trial_id: str, log):
 
 def trial_record(spec: TrialSpec, model, harness: dict[str, Any], agent, evaluation: dict[str, Any], eval_s: float,
                  env: dict[str, Any], sandbox: dict[str, Any], started: str, op=None, attempt: int = 1,
-                 failures: list[dict[str, Any]] | None = None, snapshots: dict[str, Any] | None = None) -> TrialRecord:
+                 failures: list[dict[str, Any]] | None = None, snapshots: dict[str, Any] | None = None,
+                 earlier: list[dict[str, Any]] | None = None) -> TrialRecord:
     """The record of one finished trial (``model``: the recorder; ``agent``: the AgentResult;
-    ``snapshots``: ablate.snapshots.Snapshots.describe())."""
+    ``snapshots``: ablate.snapshots.Snapshots.describe(); ``earlier``: what the trial's failed
+    attempts paid, Store.paid_before)."""
     op = op or _operator(spec)
     return TrialRecord(
         trial_id=spec.trial_id, study=spec.study, arm=spec.arm, match_key=spec.match_key,
@@ -274,12 +274,31 @@ def trial_record(spec: TrialSpec, model, harness: dict[str, Any], agent, evaluat
         operator_source=dict(spec.operator_set), operator_files=operator_files(op),
         model={"id": model.id, "provider": spec.model.get("provider"), "name": spec.model.get("name"),
                **_attempts(model)},
-        harness=harness, agent=agent.summary(), usage=agent.usage.to_dict(),
+        harness=harness, agent=agent.summary(),
+        usage={**agent.usage.to_dict(),
+               "paid": paid_summary(agent.usage, getattr(model, "lost", None) or models.Usage(), attempt, earlier)},
         end_reason=agent.end_reason, evaluation=evaluation, evaluation_s=round(eval_s, 3),
         environment=env, sandbox=sandbox, started_at=started,
         finished_at=datetime.now(timezone.utc).isoformat(), attempt=attempt, failures=list(failures or []),
         snapshots=dict(snapshots or {}),
     )
+
+
+def paid_summary(used: models.Usage, lost: models.Usage, attempt: int,
+                 earlier: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """Everything the trial paid for: its failed attempts (kept in .incomplete) and this one, whose
+    replies the agent's budget counted (``used``: every owner's) and whose failed requests it did
+    not (``lost``: the infrastructure's). The record's ``usage`` beside it is ``used`` alone."""
+    rows, total = [], models.Usage()
+    for e in earlier or []:
+        u = models.Usage.from_dict(e.get("paid"))
+        total = total + u
+        rows.append({"attempt": e.get("attempt"), "ended": f"{e.get('kind')}: {e.get('cause')}",
+                     "total_tokens": u.total_tokens, "cost_usd": u.cost_usd})
+    this = used + lost
+    rows.append({"attempt": attempt, "ended": "record", "total_tokens": this.total_tokens, "cost_usd": this.cost_usd,
+                 "lost_to_failed_requests": {"total_tokens": lost.total_tokens, "cost_usd": lost.cost_usd}})
+    return {**(total + this).to_dict(), "by_attempt": rows}
 
 
 def _attempts(model: _Streamed) -> dict[str, Any]:

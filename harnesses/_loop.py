@@ -5,6 +5,11 @@ One budget for everything a trial spends. Every model call, the agent's and any 
 cost, wall, tool and GPU time) and the same count after it. Every tool's seconds, and its GPU
 seconds, count toward ``tool_s`` and ``gpu_s``, whoever owns the tool. The first limit reached
 ends the trial and is recorded as ``end_reason``; ``spent`` says what each owner used.
+
+A model call ends with the wall budget (ablate.models.deadline): a reply still arriving then is
+cut, paid from the budget, and the trial ends on ``wall_s``. What the infrastructure loses (a
+failed request retried by the provider) is not the agent's: it is paid outside the budget, and a
+call that finds no reply at all raises ProviderOutage, which ends the attempt, not the trial.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ablate import models
 from ablate.errors import AblateError
 from ablate.models import Message, Model, ToolSpec, Usage
 from ablate.sandbox import Tool, ToolResult
@@ -121,15 +127,24 @@ class LoopState:
         limit = self.exhausted(model, system, messages, specs, owner)
         if limit:
             raise BudgetExhausted(limit)
-        response = model.generate(system, messages, specs)
+        wall_end = None if self.budget.wall_s is None else self.started + self.budget.wall_s
+        try:
+            with models.deadline(wall_end):
+                response = model.generate(system, messages, specs)
+        except models.CallCut as e:  # the wall budget ran out mid-reply: the agent's call, paid
+            self._count(owner, e.usage)
+            raise BudgetExhausted("wall_s") from e
+        self._count(owner, response.usage)
+        return response
+
+    def _count(self, owner: str, usage: Usage) -> None:
         self.result.turns += 1
-        self.result.usage = self.result.usage + response.usage
-        self.last_usage[owner] = response.usage
+        self.result.usage = self.result.usage + usage
+        self.last_usage[owner] = usage
         s = self.spend(owner)
         s.model_calls += 1
-        s.tokens += response.usage.total_tokens
-        s.cost_usd += response.usage.cost_usd
-        return response
+        s.tokens += usage.total_tokens
+        s.cost_usd += usage.cost_usd
 
     def charge_tool(self, owner: str, out: ToolResult) -> None:
         self.result.tool_s += out.seconds

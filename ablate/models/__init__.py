@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ablate.errors import AblateError
-from ablate.models._protocol import STOP_REASONS, Message, Model, Response, ToolCall, ToolSpec, Usage
+from ablate.models._protocol import (STOP_REASONS, TOKEN_ESTIMATE, FailedAttempt, Message, Model, Response, ToolCall,
+                                     ToolSpec, Usage)
 from ablate.models._recorder import Recorder
-from ablate.models._retry import ProviderError, ProviderOutage
+from ablate.models._retry import CallCut, ProviderError, ProviderOutage, deadline
 
 # provider name -> "module:Class"; each class has from_config(cfg) and preflight(cfg).
 PROVIDERS: dict[str, str] = {
@@ -41,5 +42,6 @@ def preflight(cfg: Mapping[str, Any]) -> None:
     _provider_class(cfg).preflight(cfg)
 
 
-__all__ = ["PROVIDERS", "STOP_REASONS", "Message", "Model", "ProviderError", "ProviderOutage", "Recorder",
-           "Response", "ToolCall", "ToolSpec", "Usage", "get", "preflight"]
+__all__ = ["PROVIDERS", "STOP_REASONS", "TOKEN_ESTIMATE", "CallCut", "FailedAttempt", "Message", "Model",
+           "ProviderError", "ProviderOutage", "Recorder", "Response", "ToolCall", "ToolSpec", "Usage", "deadline",
+           "get", "preflight"]

@@ -6,10 +6,16 @@ thinking_budget (> 0: manual extended thinking with that budget, for models that
 it), effort (output_config.effort, null: the model's default), stream (true: receive the reply
 as server-sent events, which long replies need: a quiet connection may be cut before a
 many-minute reply arrives), price_per_mtok, base_url, api_key_env, max_retries, retry_base_s,
-timeout_s.
+timeout_s (the longest wait for a byte, and for content in a stream: pings do not count).
+
+A streamed reply is read event by event here, not by the SDK's accumulating helper: a reply is
+whole only when message_stop arrived (a stream that ends before it was dropped: retried), and a
+tool call whose streamed arguments are not a JSON object goes back to the model as an error
+rather than failing the call.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -17,8 +23,10 @@ from typing import Any
 
 from ablate.errors import AblateError
 from ablate.models import _pricing
-from ablate.models._protocol import Message, Response, ToolCall, ToolSpec, Usage
-from ablate.models._retry import RetryPolicy, SDKModel, is_retryable, status_of
+from ablate.models._protocol import Message, Response, ToolCall, ToolSpec, Usage, estimate_tokens
+from ablate.models._retry import (Attempt, NotAReply, RetryPolicy, SDKModel, StreamDropped, is_retryable,
+                                  status_of)
+from ablate.models._watch import HOOKS, watching
 
 log = logging.getLogger("ablate.models")
 
@@ -144,7 +152,8 @@ class AnthropicModel(SDKModel):
         self.timeout_s = float(cfg.get("timeout_s") or 600)
         # An explicit timeout also lifts the SDK's refusal of long non-streaming requests.
         self.client = anthropic.Anthropic(api_key=key, base_url=cfg.get("base_url") or None,
-                                          max_retries=0, timeout=self.timeout_s)
+                                          max_retries=0, timeout=self.timeout_s,
+                                          http_client=anthropic.DefaultHttpxClient(event_hooks=HOOKS))
         self.base_url = str(self.client.base_url)
         self.attempts = 0
 
@@ -197,11 +206,32 @@ class AnthropicModel(SDKModel):
             p["extra_body"] = {"temperature": float(self.temperature)}  # the SDK no longer names it
         return p
 
-    def _call(self, params: dict[str, Any]) -> Any:
-        if self.stream:
-            with self.client.messages.stream(**params) as events:
-                return events.get_final_message()
-        return self.client.messages.create(**params)
+    def _attempt(self, params: dict[str, Any], attempt: Attempt) -> Response:
+        with watching(self.timeout_s):
+            if not self.stream:
+                try:
+                    msg = self.client.messages.create(**params)
+                except json.JSONDecodeError as e:
+                    raise NotAReply(f"the reply's body is not JSON ({e})") from e
+                if not isinstance(msg, self._sdk.types.Message):
+                    raise NotAReply(f"the reply is not a Messages API message: {str(msg)[:120]!r}")
+                return self._response(msg.to_dict(mode="json", warnings=False))
+            stream = self.client.messages.create(**params, stream=True)
+            with stream:
+                ctype = stream.response.headers.get("content-type", "")
+                if not ctype.startswith("text/event-stream"):
+                    raise NotAReply(f"status {stream.response.status_code} with {ctype or 'no content type'}, not an "
+                                    f"event stream: {stream.response.read()[:120]!r}")
+                reply = _Reply()
+                attempt.paid = lambda: self._cost(reply.usage())
+                try:
+                    for event in stream:
+                        reply.add(event.to_dict(mode="json", warnings=False))
+                except json.JSONDecodeError as e:
+                    raise NotAReply(f"the stream carried an event that is not JSON ({e})") from e
+            if not reply.stopped:
+                raise StreamDropped(f"the stream ended after {reply.events} events without message_stop")
+            return self._response(reply.message())
 
     def _retryable(self, e: BaseException) -> bool:
         try:  # the SDK's HTTP client; a stream cut mid-reply raises its errors unwrapped
@@ -213,29 +243,118 @@ class AnthropicModel(SDKModel):
 
     def generate(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> Response:
         params = self.params(system, messages, tools)
-        msg = self._send(lambda: self._call(params), self._retryable, describe, f"anthropic {self.id}",
-                         _prompt_too_long)
-        return msg if isinstance(msg, Response) else self._response(msg)
+        return self._send(lambda attempt: self._attempt(params, attempt), self._retryable, describe,
+                          f"anthropic {self.id}", _prompt_too_long)
 
-    def _response(self, msg: Any) -> Response:
-        raw = [b.to_dict(mode="json", warnings=False) for b in msg.content]  # only the fields the API sent
-        text = "\n".join(b.text for b in msg.content if b.type == "text")
+    def _response(self, msg: dict[str, Any]) -> Response:
+        """A Response from a Messages API message as JSON (its blocks kept as the API sent them)."""
+        content, u = msg.get("content"), msg.get("usage")
+        if msg.get("type") != "message" or not isinstance(content, list) or not isinstance(u, dict) \
+                or not all(isinstance(b, dict) for b in content):
+            raise NotAReply(f"the reply is not a Messages API message: {json.dumps(msg)[:120]}")
+        if msg.get("stop_reason") is None:
+            raise NotAReply("the reply has no stop_reason")
+        text = "\n".join(b.get("text") or "" for b in content if b.get("type") == "text")
         calls = []
-        for b in msg.content:
-            if b.type != "tool_use":
+        for b in content:
+            if b.get("type") != "tool_use":
                 continue
-            if isinstance(b.input, dict):
-                calls.append(ToolCall(b.id, b.name, dict(b.input)))
+            if b.get("parse_error"):
+                calls.append(ToolCall(b["id"], b["name"], {}, parse_error=b.pop("parse_error")))
+            elif isinstance(b.get("input"), dict):
+                calls.append(ToolCall(b["id"], b["name"], dict(b["input"])))
             else:
-                error = f"arguments must be a JSON object, got {b.input!r}"
-                calls.append(ToolCall(b.id, b.name, {}, parse_error=error))
-        u = msg.usage
-        usage = Usage(input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                      cache_read_tokens=u.cache_read_input_tokens or 0,
-                      cache_write_tokens=u.cache_creation_input_tokens or 0, calls=1)
-        usage.cost_usd = _pricing.cost_usd(self.price, usage)
-        stop = STOP_REASONS.get(msg.stop_reason or "")
+                error = f"arguments must be a JSON object, got {b.get('input')!r}"
+                calls.append(ToolCall(b["id"], b["name"], {}, parse_error=error))
+                b["input"] = {}  # the API takes the call back only with an object
+        usage = self._cost(Usage(input_tokens=u.get("input_tokens") or 0, output_tokens=u.get("output_tokens") or 0,
+                                 cache_read_tokens=u.get("cache_read_input_tokens") or 0,
+                                 cache_write_tokens=u.get("cache_creation_input_tokens") or 0, calls=1))
+        stop = STOP_REASONS.get(msg["stop_reason"])
         if stop is None:
-            log.warning("anthropic %s: unknown stop_reason %r, treated as end", self.id, msg.stop_reason)
+            log.warning("anthropic %s: unknown stop_reason %r, treated as end", self.id, msg["stop_reason"])
             stop = "end"
-        return Response(text, calls, usage, stop, raw)
+        return Response(text, calls, usage, stop, content)
+
+
+class _Reply:
+    """A streamed Messages API reply put together from its events (as JSON), the way the API
+    documents them; a tool call's arguments are parsed once its block ends."""
+
+    def __init__(self) -> None:
+        self.msg: dict[str, Any] | None = None
+        self.stopped = False
+        self.events = 0
+        self._json: dict[int, str] = {}
+        self._reported_output = False
+
+    def add(self, ev: dict[str, Any]) -> None:
+        self.events += 1
+        kind = ev.get("type")
+        if kind == "message_start":
+            self.msg = dict(ev["message"], content=[])
+            return
+        if self.msg is None:
+            raise NotAReply(f"the stream sent {kind} before message_start")
+        blocks = self.msg["content"]
+        if kind == "content_block_start":
+            blocks.append(dict(ev["content_block"]))
+        elif kind in ("content_block_delta", "content_block_stop"):
+            i = ev.get("index")
+            if not isinstance(i, int) or not 0 <= i < len(blocks):
+                raise NotAReply(f"the stream sent {kind} for block {i!r}, which never started")
+            if kind == "content_block_delta":
+                self._delta(i, blocks[i], ev.get("delta") or {})
+            elif i in self._json:
+                self._arguments(blocks[i], self._json.pop(i))
+        elif kind == "message_delta":
+            self.msg.update(ev.get("delta") or {})
+            usage = ev.get("usage") or {}
+            self.msg["usage"] = {**self.msg.get("usage", {}), **{k: v for k, v in usage.items() if v is not None}}
+            self._reported_output = "output_tokens" in usage
+        elif kind == "message_stop":
+            self.stopped = True
+
+    def _delta(self, i: int, block: dict[str, Any], d: dict[str, Any]) -> None:
+        kind = d.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + d.get("text", "")
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + d.get("thinking", "")
+        elif kind == "signature_delta":
+            block["signature"] = d.get("signature", "")
+        elif kind == "input_json_delta":
+            self._json[i] = self._json.get(i, "") + d.get("partial_json", "")
+        elif kind == "citations_delta":
+            block.setdefault("citations", []).append(d.get("citation"))
+
+    @staticmethod
+    def _arguments(block: dict[str, Any], text: str) -> None:
+        if not text.strip():
+            return  # a call without arguments keeps the {} it started with
+        try:
+            block["input"] = json.loads(text)
+        except json.JSONDecodeError as e:
+            block["input"] = {}  # the API takes the call back only with an object
+            block["parse_error"] = f"arguments are not valid JSON ({e}): {text[:200]}"
+
+    def message(self) -> dict[str, Any]:
+        for i, text in list(self._json.items()):  # a block the stream never closed
+            self._arguments(self.msg["content"][i], text)
+        return self.msg
+
+    def usage(self) -> Usage:
+        """What the reply has used so far: the usage the API reported (input at message_start,
+        output at message_delta), the output counted by TOKEN_ESTIMATE until it reports it."""
+        if self.msg is None:
+            return Usage()
+        u = self.msg.get("usage") or {}
+        usage = Usage(input_tokens=u.get("input_tokens") or 0, output_tokens=u.get("output_tokens") or 0,
+                      cache_read_tokens=u.get("cache_read_input_tokens") or 0,
+                      cache_write_tokens=u.get("cache_creation_input_tokens") or 0)
+        if not self._reported_output:
+            streamed = "".join(b.get("text", "") + b.get("thinking", "") for b in self.msg["content"])
+            streamed += "".join(self._json.values())
+            usage.output_tokens = max(usage.output_tokens, estimate_tokens(streamed))
+            usage.estimated_tokens = usage.output_tokens
+        return usage

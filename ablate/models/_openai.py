@@ -1,8 +1,14 @@
 """OpenAI-compatible chat completions (vLLM, SGLang, OpenAI): tools, usage, cost, retries.
 
 Config keys: id, name, base_url, api_key_env (null: the key "EMPTY", what local servers
-accept), max_tokens, temperature, seed (passed where set), price_per_mtok (optional: a local
-server is free), max_retries, retry_base_s, timeout_s.
+accept), max_tokens, temperature, seed (passed where set), stream (true: the reply as server-sent
+events, with its usage in the last chunk), price_per_mtok (optional: a local server is free),
+max_retries, retry_base_s, timeout_s (the longest wait for a byte, and for content in a stream:
+keep-alive comments do not count).
+
+A streamed reply is whole only with a finish_reason and the closing ``data: [DONE]``; one that
+ends before them was dropped (retried). A server that reports no usage has its tokens counted by
+ablate.models.TOKEN_ESTIMATE (the record says so), so token and cost budgets still hold.
 """
 from __future__ import annotations
 
@@ -14,8 +20,10 @@ from typing import Any
 
 from ablate.errors import AblateError
 from ablate.models import _pricing
-from ablate.models._protocol import Message, Response, ToolCall, ToolSpec, Usage
-from ablate.models._retry import ProviderError, RetryPolicy, SDKModel, is_retryable, status_of
+from ablate.models._protocol import TOKEN_ESTIMATE, Message, Response, ToolCall, ToolSpec, Usage, estimate_tokens
+from ablate.models._retry import (Attempt, NotAReply, RetryPolicy, SDKModel, StreamDropped, is_retryable,
+                                  status_of)
+from ablate.models._watch import HOOKS, watching
 
 log = logging.getLogger("ablate.models")
 
@@ -115,8 +123,11 @@ class OpenAIModel(SDKModel):
         self.price = _pricing.prices(cfg, self.name, required=False)
         self.retry = RetryPolicy.from_config(cfg)
         self.timeout_s = float(cfg.get("timeout_s") or 600)
+        self.stream = bool(cfg.get("stream", False))
+        self._warned_no_usage = False
         self.client = openai.OpenAI(api_key=key, base_url=cfg.get("base_url") or None,
-                                    max_retries=0, timeout=self.timeout_s)
+                                    max_retries=0, timeout=self.timeout_s,
+                                    http_client=openai.DefaultHttpxClient(event_hooks=HOOKS))
         self.base_url = str(self.client.base_url)
         self.attempts = 0
 
@@ -158,38 +169,133 @@ class OpenAIModel(SDKModel):
 
     def generate(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> Response:
         params = self.params(system, messages, tools)
-        completion = self._send(lambda: self.client.chat.completions.create(**params),
-                                lambda e: is_retryable(e, (self._sdk.APIConnectionError,)), describe,
-                                f"openai {self.id}", _context_exceeded)
-        return completion if isinstance(completion, Response) else self._response(completion)
+        return self._send(lambda attempt: self._attempt(params, attempt),
+                          lambda e: is_retryable(e, (self._sdk.APIConnectionError,)), describe,
+                          f"openai {self.id}", _context_exceeded)
 
-    def _response(self, completion: Any) -> Response:
-        if not completion.choices:
-            raise ProviderError(f"the server at {self.base_url} answered {self.id} with no choices")
-        choice = completion.choices[0]
-        m = choice.message
-        calls = [parse_arguments(c.id, c.function.name, c.function.arguments)
-                 for c in (m.tool_calls or []) if getattr(c, "function", None) is not None]
-        stop = FINISH_REASONS.get(choice.finish_reason or "")
+    def _attempt(self, params: dict[str, Any], attempt: Attempt) -> Response:
+        with watching(self.timeout_s) as watch:
+            if not self.stream:
+                try:
+                    completion = self.client.chat.completions.create(**params)
+                except json.JSONDecodeError as e:
+                    raise NotAReply(f"the reply's body is not JSON ({e})") from e
+                if not isinstance(completion, self._sdk.types.chat.ChatCompletion):
+                    raise NotAReply(f"the reply is not a chat completion: {str(completion)[:120]!r}")
+                return self._response(completion.to_dict(mode="json"), params)
+            stream = self.client.chat.completions.create(**params, stream=True, stream_options={"include_usage": True})
+            with stream:
+                ctype = stream.response.headers.get("content-type", "")
+                if not ctype.startswith("text/event-stream"):
+                    raise NotAReply(f"status {stream.response.status_code} with {ctype or 'no content type'}, not an "
+                                    f"event stream: {stream.response.read()[:120]!r}")
+                reply = _Reply()
+                attempt.paid = lambda: self._cost(self._estimated(params, reply.message(), reply.usage,
+                                                                  started=reply.chunks > 0))
+                try:
+                    for chunk in stream:
+                        reply.add(chunk.to_dict(mode="json"))
+                except json.JSONDecodeError as e:
+                    raise NotAReply(f"the stream carried an event that is not JSON ({e})") from e
+            if reply.finish_reason is None or not watch.done:
+                missing = " and ".join(m for m, gone in (("finish_reason", reply.finish_reason is None),
+                                                         ("[DONE]", not watch.done)) if gone)
+                raise StreamDropped(f"the stream ended after {reply.chunks} chunks without {missing}")
+            return self._response(reply.completion(), params)
+
+    def _response(self, completion: dict[str, Any], params: dict[str, Any]) -> Response:
+        """A Response from a chat completion as JSON."""
+        choices = completion.get("choices")
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise NotAReply(f"the reply is not a chat completion: {json.dumps(completion)[:120]}")
+        if not choices:
+            raise NotAReply(f"the server at {self.base_url} answered {self.id} with no choices")
+        choice = choices[0]
+        m = choice.get("message") or {}
+        calls = [parse_arguments(c.get("id") or "", c["function"].get("name") or "", c["function"].get("arguments"))
+                 for c in (m.get("tool_calls") or []) if isinstance(c.get("function"), dict)]
+        stop = FINISH_REASONS.get(choice.get("finish_reason") or "")
         if stop is None:
-            log.warning("openai %s: unknown finish_reason %r, treated as end", self.id, choice.finish_reason)
+            log.warning("openai %s: unknown finish_reason %r, treated as end", self.id, choice.get("finish_reason"))
             stop = "end"
         if calls and stop == "end":
             stop = "tool_use"  # some servers say "stop" after a tool call
-        if getattr(m, "refusal", None):
+        if m.get("refusal"):
             stop = "refusal"
-        usage = Usage(calls=1)
-        if completion.usage is None:
-            log.warning("openai %s: the server reported no usage; token budgets cannot count this call", self.id)
-        else:
-            u = completion.usage
-            details = u.prompt_tokens_details
-            cached = (details.cached_tokens or 0) if details is not None else 0
-            written = (details.cache_write_tokens or 0) if details is not None else 0
+        if not completion.get("usage") and not self._warned_no_usage:
+            log.warning("openai %s: the server reported no usage; its tokens are counted as %s", self.id, TOKEN_ESTIMATE)
+            self._warned_no_usage = True
+        usage = self._cost(self._estimated(params, m, completion.get("usage")))
+        usage.calls = 1
+        return Response(m.get("content") or "", calls, usage, stop, m)
+
+    def _estimated(self, params: dict[str, Any], m: dict[str, Any], reported: dict[str, Any] | None,
+                   started: bool = True) -> Usage:
+        """The usage the server reported; where it reported none, counted by TOKEN_ESTIMATE from
+        the request (messages and tools, as sent) and the reply (``started``: any of it arrived)."""
+        if reported:
+            details = reported.get("prompt_tokens_details") or {}
+            cached = details.get("cached_tokens") or 0
+            written = details.get("cache_write_tokens") or 0
             # prompt_tokens includes the cached ones; Usage.input_tokens counts only the uncached
-            usage = Usage(input_tokens=max(u.prompt_tokens - cached - written, 0),
-                          output_tokens=u.completion_tokens, cache_read_tokens=cached,
-                          cache_write_tokens=written, calls=1)
-            usage.cost_usd = _pricing.cost_usd(self.price, usage)
-        raw = m.to_dict(mode="json")
-        return Response(m.content or "", calls, usage, stop, raw)
+            return Usage(input_tokens=max((reported.get("prompt_tokens") or 0) - cached - written, 0),
+                         output_tokens=reported.get("completion_tokens") or 0, cache_read_tokens=cached,
+                         cache_write_tokens=written)
+        if not started:
+            return Usage()
+        n_in = estimate_tokens(json.dumps(params["messages"]) + json.dumps(params.get("tools") or []))
+        out = (m.get("content") or "") + (m.get("reasoning_content") or "") + "".join(
+            (c.get("function") or {}).get("name", "") + ((c.get("function") or {}).get("arguments") or "")
+            for c in m.get("tool_calls") or [])
+        n_out = estimate_tokens(out)
+        return Usage(input_tokens=n_in, output_tokens=n_out, estimated_tokens=n_in + n_out)
+
+
+class _Reply:
+    """A streamed chat completion put together from its chunks (as JSON)."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.content = ""
+        self.reasoning = ""
+        self.refusal = ""
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.head: dict[str, Any] = {}
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        self.chunks += 1
+        self.head = self.head or {k: chunk.get(k) for k in ("id", "model", "created")}
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]  # the last chunk's (or, with continuous stats, the latest)
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            d = choice.get("delta") or {}
+            self.content += d.get("content") or ""
+            self.reasoning += d.get("reasoning_content") or d.get("reasoning") or ""
+            self.refusal += d.get("refusal") or ""
+            for c in d.get("tool_calls") or []:
+                call = self.calls.setdefault(c.get("index", len(self.calls)),
+                                             {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                call["id"] = c.get("id") or call["id"]
+                fn = c.get("function") or {}
+                call["function"]["name"] += fn.get("name") or ""
+                call["function"]["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def message(self) -> dict[str, Any]:
+        m: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        if self.reasoning:
+            m["reasoning_content"] = self.reasoning
+        if self.refusal:
+            m["refusal"] = self.refusal
+        if self.calls:
+            m["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return m
+
+    def completion(self) -> dict[str, Any]:
+        return {**self.head, "object": "chat.completion", "usage": self.usage,
+                "choices": [{"index": 0, "message": self.message(), "finish_reason": self.finish_reason}]}

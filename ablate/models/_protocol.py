@@ -54,6 +54,19 @@ class Message:
         return cls(**d)
 
 
+# How tokens are counted where a server reports none (an OpenAI-compatible server without usage,
+# a reply cut off before its usage arrived). No tokenizer of the served model is at hand offline
+# (tiktoken fetches its BPE files from the network on first use, and is OpenAI's, not the served
+# model's), so the count is an estimate that errs high: BPE tokenizers give code and English text
+# 3.5-4.5 bytes a token, so budgets bind early rather than late.
+TOKEN_ESTIMATE = "ceil(UTF-8 bytes / 3)"
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of ``text`` by TOKEN_ESTIMATE."""
+    return -(-len(text.encode("utf-8")) // 3)
+
+
 @dataclass
 class Usage:
     input_tokens: int = 0
@@ -62,6 +75,7 @@ class Usage:
     cache_write_tokens: int = 0
     cost_usd: float = 0.0
     calls: int = 0
+    estimated_tokens: int = 0  # how many of the tokens above are TOKEN_ESTIMATE's, not the server's
 
     @property
     def total_tokens(self) -> int:
@@ -71,7 +85,33 @@ class Usage:
         return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"total_tokens": self.total_tokens}
+        out = dataclasses.asdict(self) | {"total_tokens": self.total_tokens}
+        if self.estimated_tokens:
+            out["estimated_by"] = TOKEN_ESTIMATE
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "Usage":
+        """A usage as to_dict() wrote it (unknown keys ignored)."""
+        d = d or {}
+        return cls(**{f.name: type(f.default)(d.get(f.name) or 0) for f in dataclasses.fields(cls)})
+
+
+@dataclass
+class FailedAttempt:
+    """One request of a model call that brought no reply (a stall, a dropped stream, a reply that
+    is not the API's, a 529 ...): what went wrong, what it used as far as known, and who pays.
+    ``charged_to``: "infrastructure" (outside the agent's budget), or "agent" (a reply cut off
+    at the trial's wall budget: the agent's own time ran out)."""
+
+    error: str
+    usage: Usage = field(default_factory=Usage)
+    seconds: float = 0.0
+    charged_to: str = "infrastructure"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": self.error[:500], "usage": self.usage.to_dict(), "seconds": round(self.seconds, 3),
+                "charged_to": self.charged_to}
 
 
 # Normalised stop reasons. Providers map their own onto these; "end" means the model is done.
@@ -85,6 +125,7 @@ class Response:
     usage: Usage
     stop_reason: str  # one of STOP_REASONS
     raw: Any = None  # provider content blocks for the assistant message (see Message.raw)
+    failed_attempts: list[FailedAttempt] = field(default_factory=list)  # requests before the one that answered
 
     def as_message(self) -> Message:
         return Message(role="assistant", content=self.text, tool_calls=list(self.tool_calls), raw=self.raw)

@@ -114,8 +114,10 @@ def load_calls(path: Path) -> list[dict[str, Any]]:
             continue
         try:
             call = json.loads(line)
+            if call.get("response") is None and "error" in call:
+                continue  # a call that brought no reply (an outage, a reply cut at the wall budget): nothing to replay
             call["request"]["messages"], call["response"]["stop_reason"]  # noqa: B018 - shape check
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise AblateError(f"{path}:{lineno} is not a recorded model call ({type(e).__name__}: {e})") from e
         calls.append(call)
     return calls

@@ -176,7 +176,10 @@ def test_an_api_outage_keeps_what_was_paid_and_is_an_infrastructure_failure(tmp_
     [attempt] = (store.root / "t" / ".incomplete" / s.trial_id).iterdir()
     info = json.loads((attempt / "incomplete.json").read_text())
     assert info["paid"]["calls"] == 1 and info["paid"]["cost_usd"] > 0
-    assert len((attempt / "model_calls.jsonl").read_text().splitlines()) == 1
+    paid, failed = [json.loads(line) for line in (attempt / "model_calls.jsonl").read_text().splitlines()]
+    assert paid["response"]["usage"]["calls"] == 1  # the reply it paid for
+    assert failed["response"] is None and "gave up after 3 attempts" in failed["error"]  # the call the outage ate
+    assert [f["error"][:3] for f in failed["failed_attempts"]] == ["529"] * 3
 
 
 def test_an_evaluator_failure_is_an_infrastructure_failure_not_a_verdict(tmp_path, monkeypatch):

@@ -2,6 +2,9 @@
 
 The SDKs talk to it over real HTTP (their own client, their own parsing), so tests check the
 request bodies the providers really send and the replies in the providers' own JSON shapes.
+A reply can also be a stream written piece by piece (``steps``: text sent at once, numbers are
+seconds of waiting), its end the connection's close: a stream cut short is one that stops early,
+as a dropped connection looks to the client.
 """
 from __future__ import annotations
 
@@ -23,6 +26,19 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0  # sleep before answering (to make the client time out)
     sse: bool = False
+    steps: list[str | float] | None = None  # a streamed body: text written as it comes, numbers = waits (s)
+    text: str | None = None  # a body sent as is (with content_type)
+    content_type: str | None = None
+
+
+def sse_event(event: str, data: Any) -> str:
+    """One server-sent event as the Messages API writes it."""
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def sse_data(data: Any) -> str:
+    """One server-sent event as chat completions write it ("[DONE]" as is)."""
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
 
 
 class FakeServer:
@@ -52,10 +68,16 @@ class FakeServer:
                 try:
                     self._send(reply)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test)
+                    self.close_connection = True  # the client gave up (a timeout, a stall)
 
             def _send(self, reply: Reply) -> None:
-                if reply.sse:
+                if reply.steps is not None:
+                    self._stream(reply)
+                    return
+                if reply.text is not None:
+                    payload = reply.text.encode()
+                    ctype = reply.content_type or "text/html; charset=utf-8"
+                elif reply.sse:
                     payload = "".join(f"event: {ev}\ndata: {json.dumps(data)}\n\n" for ev, data in reply.body).encode()
                     ctype = "text/event-stream"
                 else:
@@ -68,6 +90,21 @@ class FakeServer:
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _stream(self, reply: Reply) -> None:
+                self.send_response(reply.status)
+                self.send_header("content-type", reply.content_type or "text/event-stream")
+                self.send_header("connection", "close")  # the body ends where the connection does
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.close_connection = True
+                for step in reply.steps:
+                    if isinstance(step, (int, float)):
+                        time.sleep(step)
+                    else:
+                        self.wfile.write(step.encode())
+                        self.wfile.flush()
 
             do_GET = do_POST = _handle
 

@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
 from ablate.errors import AblateError
-from ablate.models import STOP_REASONS, Message, ToolCall, ToolSpec, get, preflight
+from ablate.models import STOP_REASONS, CallCut, Message, ProviderOutage, ToolCall, ToolSpec, deadline, get, preflight
 from ablate.models._anthropic import AnthropicModel
 from ablate.models._retry import ProviderError
+
+from .conftest import Reply
 
 PRICE = {"input": 10.0, "output": 50.0, "cache_read": 0.25, "cache_write": 12.5}
 TOOLS = [ToolSpec("bash", "Run a shell command.", {"type": "object", "properties": {"command": {"type": "string"}}}),
@@ -323,3 +326,131 @@ def test_preflight_failures_are_one_line(server, cfg, status, body, words):
 def test_registry_builds_the_provider(cfg):
     model = get(cfg)
     assert isinstance(model, AnthropicModel) and model.id == "claude-fable-5-1"
+
+
+# --- replies that do not arrive whole: the infrastructure's, retried; what they used is kept ----
+
+PING = ("ping", {"type": "ping"})
+
+
+def body(events):
+    """A stream's body as the API writes it."""
+    import json
+    return "".join(f"event: {ev}\ndata: {json.dumps(data)}\n\n" for ev, data in events)
+
+
+def test_a_stream_of_pings_alone_is_a_stall_and_is_retried(server, cfg):
+    started = sse(message([TEXT]))[:1]  # message_start: the input is paid from here on
+    server.reply(steps=[body(started)] + [0.1, body([PING])] * 100)  # 10 s of pings unless the client leaves
+    server.reply(steps=[body(sse(message([TEXT])))])
+    model = get(cfg | {"stream": True, "timeout_s": 1.0})
+    t = time.monotonic()
+    r = model.generate("sys", user(), TOOLS)
+    assert time.monotonic() - t < 5  # not the 10 s the pings would have lasted
+    assert r.text == TEXT["text"] and model.attempts == 2
+    (stall,) = r.failed_attempts
+    assert stall.error.startswith("StreamStalled: the reply stalled: no content for 1.")
+    assert stall.charged_to == "infrastructure" and stall.usage.input_tokens == 100  # message_start's, paid
+
+
+def test_a_stream_cut_before_message_stop_is_retried_not_taken_as_an_end(server, cfg):
+    events = sse(message([TEXT]))
+    for cut in (2, 4, len(events) - 1):  # after the block started, mid-text, just before message_stop
+        server.reply(steps=[body(events[:cut])])
+    server.reply(steps=[body(events)])
+    model = get(cfg | {"stream": True})
+    r = model.generate("sys", user(), TOOLS)
+    assert r.stop_reason == "end" and model.attempts == 4
+    assert [f.error.split(":")[0] for f in r.failed_attempts] == ["StreamDropped"] * 3
+    assert all(f.usage.input_tokens == 100 and f.usage.cost_usd > 0 for f in r.failed_attempts)
+    # output: counted from the text that arrived until message_delta reports it (the last cut had it)
+    assert [f.usage.estimated_tokens > 0 for f in r.failed_attempts] == [True, True, False]
+
+
+def test_malformed_streamed_tool_json_goes_back_to_the_model_and_the_call_is_paid(server, cfg):
+    events = [(ev, dict(d, delta={"type": "input_json_delta", "partial_json": '{"command": "ls"'}))
+              if d.get("delta", {}).get("type") == "input_json_delta" else (ev, d)
+              for ev, d in sse(message([TEXT, TOOL_USE], "tool_use"))]
+    server.reply(steps=[body(events)])
+    server.reply(steps=[body(sse(message([TEXT])))])
+    model = get(cfg | {"stream": True})
+    r = model.generate("sys", user(), TOOLS)
+    (call,) = r.tool_calls
+    assert call.arguments == {} and call.parse_error.startswith("arguments are not valid JSON")
+    assert '{"command": "ls"' in call.parse_error and r.stop_reason == "tool_use"
+    assert r.usage.calls == 1 and r.usage.cost_usd > 0 and model.attempts == 1
+    history = user() + [r.as_message(), Message("tool", call.parse_error, tool_call_id=call.id, is_error=True)]
+    model.generate("sys", history, TOOLS)
+    sent = server.posts()[1]["json"]["messages"]
+    assert sent[1]["content"][1] == dict(TOOL_USE, input={})  # the API takes the call back with an object
+    assert sent[2]["content"][0]["is_error"] is True
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("reply", [{"text": "<html><body>502 Bad Gateway</body></html>"},
+                                   {"text": "{not json", "content_type": "application/json"},
+                                   {"body": {"ok": True}}])
+def test_a_2xx_reply_that_is_not_the_apis_is_retried(server, cfg, stream, reply):
+    server.reply(200, **reply)
+    if stream:
+        server.reply(steps=[body(sse(message([TEXT])))])
+    else:
+        server.reply(200, message([TEXT]))
+    model = get(cfg | {"stream": stream})
+    r = model.generate("sys", user(), TOOLS)
+    assert r.text == TEXT["text"] and model.attempts == 2
+    assert r.failed_attempts[0].error.startswith("NotAReply")
+
+
+def test_a_2xx_reply_that_is_never_the_apis_is_an_outage(server, cfg):
+    server.routes[("POST", "/v1/messages")] = Reply(200, text="<html>captive portal</html>")
+    model = get(cfg | {"stream": True, "max_retries": 2})
+    with pytest.raises(ProviderOutage, match="gave up after 3 attempts; last error: NotAReply: status 200 with "
+                                             "text/html") as e:
+        model.generate("sys", user(), TOOLS)
+    assert len(e.value.failed_attempts) == 3 and model.attempts == 3
+
+
+def test_an_error_event_after_message_start_keeps_what_was_paid(server, cfg):
+    events = sse(message([TEXT]))[:2] + [("error", error("overloaded_error", "Overloaded"))]
+    server.reply(steps=[body(events)])
+    server.reply(steps=[body(sse(message([TEXT])))])
+    r = get(cfg | {"stream": True}).generate("sys", user(), TOOLS)
+    (failed,) = r.failed_attempts
+    assert "overloaded_error" in failed.error and failed.usage.input_tokens == 100
+
+
+def test_no_retry_starts_after_the_wall_deadline(server, cfg):
+    server.routes[("POST", "/v1/messages")] = Reply(529, error("overloaded_error", "Overloaded"))
+    model = get(cfg | {"max_retries": 50, "retry_base_s": 0.3, "retry_max_s": 0.3})
+    t = time.monotonic()
+    with deadline(t + 1.0), pytest.raises(ProviderOutage, match="the trial's wall budget ends before another"):
+        model.generate("sys", user(), TOOLS)
+    assert time.monotonic() - t < 1.0 + 1.0  # by the deadline, not 50 retries later
+    assert 2 <= model.attempts < 50
+
+
+def test_a_reply_still_arriving_at_the_deadline_is_cut_and_the_agent_pays(server, cfg):
+    start, block = sse(message([TEXT]))[:2]
+    delta = ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": "more words "}})
+    server.reply(steps=[body([start, block])] + [0.1, body([delta])] * 100)  # 10 s of text
+    model = get(cfg | {"stream": True})
+    t = time.monotonic()
+    with deadline(t + 1.0), pytest.raises(CallCut, match="wall budget ran out while the reply was arriving") as e:
+        model.generate("sys", user(), TOOLS)
+    assert time.monotonic() - t < 1.0 + cfg["timeout_s"]
+    assert e.value.usage.input_tokens == 100 and e.value.usage.output_tokens > 0 and e.value.usage.calls == 1
+    assert [f.charged_to for f in e.value.failed_attempts] == ["agent"]
+
+
+def test_a_deadline_reached_while_retrying_is_an_outage_not_the_agents(server, cfg):
+    started = sse(message([TEXT]))[:1]
+    server.routes[("POST", "/v1/messages")] = Reply(steps=[body(started)] + [0.1, body([PING])] * 100)
+    model = get(cfg | {"stream": True, "timeout_s": 0.6, "max_retries": 50})
+    t = time.monotonic()
+    with deadline(t + 1.5), pytest.raises(ProviderOutage, match="wall budget") as e:
+        model.generate("sys", user(), TOOLS)
+    assert time.monotonic() - t < 1.5 + 0.6 + 1.0
+    assert all(f.charged_to == "infrastructure" for f in e.value.failed_attempts)
+    assert "StreamStalled" in e.value.failed_attempts[0].error

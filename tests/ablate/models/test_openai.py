@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 
 from ablate.errors import AblateError
-from ablate.models import Message, ToolCall, ToolSpec, get, preflight
+from ablate.models import Message, ProviderOutage, ToolCall, ToolSpec, get, preflight
 from ablate.models._openai import OpenAIModel
 from ablate.models._retry import ProviderError
+
+from .conftest import Reply
 
 MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 TOOLS = [ToolSpec("bash", "Run a shell command.", {"type": "object", "properties": {"command": {"type": "string"}}})]
@@ -183,3 +187,95 @@ def test_response_raw_is_json(server, cfg):
     server.reply(200, completion(None, [tool_call('{"command": "ls"}')], "tool_calls"))
     raw = get(cfg).generate("sys", user(), TOOLS).raw
     assert json.loads(json.dumps(raw))["tool_calls"][0]["id"] == "chatcmpl-tool-1"
+
+
+# --- streaming, and replies that do not arrive whole -------------------------------------------
+
+def chunks(content=None, calls=None, finish="stop", usage=True):
+    """The chunks of a streamed chat completion as vLLM writes them, [DONE] last."""
+    head = {"id": "chatcmpl-9d2f", "object": "chat.completion.chunk", "created": 1764490000, "model": MODEL}
+
+    def chunk(delta, finish_reason=None):
+        return dict(head, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}])
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": word}) for word in re.findall(r"\S+\s*", content or "")]
+    for i, c in enumerate(calls or []):
+        out.append(chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                          "function": {"name": c["function"]["name"], "arguments": ""}}]}))
+        out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": c["function"]["arguments"]}}]}))
+    out.append(chunk({}, finish))
+    if usage:
+        out.append(dict(head, choices=[], usage={"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}))
+    return [f"data: {json.dumps(c)}\n\n" for c in out] + ["data: [DONE]\n\n"]
+
+
+def test_streamed_reply_text_tool_calls_and_usage(server, cfg):
+    server.reply(steps=chunks("Let me look.", [tool_call('{"command": "ls"}')], "tool_calls"))
+    r = get(cfg | {"stream": True}).generate("sys", user(), TOOLS)
+    body = server.posts()[0]["json"]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert r.text == "Let me look."
+    assert r.tool_calls == [ToolCall("chatcmpl-tool-1", "bash", {"command": "ls"})] and r.stop_reason == "tool_use"
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.estimated_tokens) == (120, 30, 0)
+    assert r.raw["tool_calls"] == [tool_call('{"command": "ls"}')]
+
+
+def test_malformed_streamed_arguments_become_a_parse_error(server, cfg):
+    server.reply(steps=chunks(None, [tool_call('{"command": "ls"')], "tool_calls"))
+    (call,) = get(cfg | {"stream": True}).generate("sys", user(), TOOLS).tool_calls
+    assert call.arguments == {} and "not valid JSON" in call.parse_error
+
+
+def test_keep_alive_comments_alone_are_a_stall_and_are_retried(server, cfg):
+    server.reply(steps=chunks("hello")[:1] + [0.1, ": ping\n\n"] * 100)  # 10 s of comments
+    server.reply(steps=chunks("hello"))
+    model = get(cfg | {"stream": True, "timeout_s": 1.0})
+    t = time.monotonic()
+    r = model.generate("sys", user(), TOOLS)
+    assert time.monotonic() - t < 5 and r.text == "hello" and model.attempts == 2
+    assert r.failed_attempts[0].error.startswith("StreamStalled")
+
+
+@pytest.mark.parametrize("keep,missing", [(2, "finish_reason and [DONE]"), (-1, "[DONE]")])
+def test_a_stream_cut_short_is_retried_not_taken_as_an_end(server, cfg, keep, missing):
+    server.reply(steps=chunks("hello there")[:keep])
+    server.reply(steps=chunks("hello there"))
+    model = get(cfg | {"stream": True})
+    r = model.generate("sys", user(), TOOLS)
+    assert r.text == "hello there" and model.attempts == 2
+    (dropped,) = r.failed_attempts
+    assert dropped.error.startswith("StreamDropped") and dropped.error.endswith(f"without {missing}")
+    assert dropped.usage.total_tokens > 0  # the prompt was read and paid, counted by estimate if not reported
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_server_without_usage_is_counted_by_estimate_and_priced(server, cfg, stream):
+    from ablate.models import TOKEN_ESTIMATE
+    if stream:
+        server.reply(steps=chunks("four words of reply", usage=False))
+    else:
+        server.reply(200, {k: v for k, v in completion("four words of reply").items() if k != "usage"})
+    price = {"input": 2.0, "output": 10.0, "cache_read": 0.2, "cache_write": 2.5}
+    u = get(cfg | {"stream": stream, "price_per_mtok": price}).generate("sys", user(), TOOLS).usage
+    sent = server.posts()[0]["json"]
+    assert u.input_tokens == -(-len((json.dumps(sent["messages"]) + json.dumps(sent["tools"])).encode()) // 3)
+    assert u.output_tokens == -(-len("four words of reply") // 3)
+    assert u.estimated_tokens == u.total_tokens and u.to_dict()["estimated_by"] == TOKEN_ESTIMATE
+    assert u.cost_usd == pytest.approx((u.input_tokens * 2.0 + u.output_tokens * 10.0) / 1e6)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_html_page_is_retried_then_an_outage(server, cfg, stream):
+    server.routes[("POST", "/v1/chat/completions")] = Reply(200, text="<html><body>Bad gateway</body></html>")
+    model = get(cfg | {"stream": stream, "max_retries": 1})
+    with pytest.raises(ProviderOutage, match="gave up after 2 attempts; last error: NotAReply") as e:
+        model.generate("sys", user(), TOOLS)
+    assert isinstance(e.value, AblateError) and len(e.value.failed_attempts) == 2
+
+
+def test_no_choices_is_the_servers_fault_not_the_users(server, cfg):
+    server.reply(200, dict(completion("x"), choices=[]))
+    server.reply(200, completion("ok"))
+    model = get(cfg)
+    assert model.generate("sys", user(), TOOLS).text == "ok" and model.attempts == 2

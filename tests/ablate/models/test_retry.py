@@ -39,7 +39,7 @@ def test_attempts_are_counted_and_sleeps_follow_the_policy():
     errors = [StatusError(529), StatusError(429, "3"), None]
     slept = []
 
-    def call():
+    def call(attempt):
         e = errors.pop(0)
         if e:
             raise e
@@ -53,7 +53,7 @@ def test_attempts_are_counted_and_sleeps_follow_the_policy():
 def test_non_retryable_error_is_raised_at_once():
     calls = []
 
-    def call():
+    def call(attempt):
         calls.append(1)
         raise StatusError(401)
 
@@ -63,7 +63,7 @@ def test_non_retryable_error_is_raised_at_once():
 
 
 def test_giving_up_is_a_provider_error_naming_the_attempts():
-    def call():
+    def call(attempt):
         raise StatusError(529)
 
     with pytest.raises(ProviderError, match=r"^t: gave up after 3 attempts; last error: status 529$") as e:
