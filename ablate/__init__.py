@@ -2,7 +2,7 @@
 
 The engine: the CLI (`python -m ablate`), the runner and trial, the record store, the model
 providers (`ablate.models`), the agent's sandbox (`ablate.sandbox`) and the trusted evaluator
-(`ablate.evaluate`). See DESIGN.md for the flow.
+(`ablate.evaluate`). See docs/design.md for the flow.
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The operator contract (see DESIGN.md): the definition, its inputs, shapes, tolerance,
+"""The operator contract (see docs/design.md): the definition, its inputs, shapes, tolerance,
 roofline and library baselines. One folder per operator fills one of these in. How outputs are
 judged lives in operators/_correctness.py."""
 from __future__ import annotations
