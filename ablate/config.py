@@ -84,10 +84,14 @@ Mechanisms = dataclasses.make_dataclass(
 Model = schema_of(ModelConfig, "model")
 
 
+Agent = schema_of(harnesses.agents.AgentConfig, "agent")
+
+
 @dataclass
 class HarnessConfig:
     name: str = MISSING
     mechanisms: Mechanisms = field(default_factory=Mechanisms)  # null = off; {} = on with its default options
+    agent: Optional[Agent] = None  # null: ablate's own loop; else an external agent (harnesses/agents)
 
 
 @dataclass

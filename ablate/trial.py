@@ -82,11 +82,20 @@ class TrialSpec:
     def match_key(self) -> str:
         return _sha(json.dumps(self.match_fields, sort_keys=True, default=str).encode())[:16]
 
+    @functools.cached_property
+    def agent_key(self) -> str:
+        """An external agent's name, version and configuration (each skill's, plugin's, ... content),
+        hashed; "" for ablate's own loop. Not in the match key (arms that differ in one skill must
+        still pair) but in the trial id, so that editing a skill re-runs exactly the arms using it."""
+        return harnesses.agents.key(self.harness)
+
     @property
     def trial_id(self) -> str:
-        """From the match key, the arm and the seed (operator and model names for the reader)."""
+        """From the match key, the arm and the seed (operator and model names for the reader), and
+        an external agent's configuration."""
         model = str(self.model.get("name") or self.model.get("id")).replace("/", "_")
-        return f"{self.operator.replace('/', '_')}--{self.arm}--{model}--s{self.seed}--{self.match_key[:8]}"
+        agent = f"-{self.agent_key}" if self.agent_key else ""
+        return f"{self.operator.replace('/', '_')}--{self.arm}--{model}--s{self.seed}--{self.match_key[:8]}{agent}"
 
 
 def _model_settings(model: dict[str, Any]) -> dict[str, Any]:
@@ -208,7 +217,8 @@ def run_trial(spec: TrialSpec, store: Store, progress=None, attempt: int = 1,
             # kernel.py after every tool call that changed it, for every arm alike: trusted points
             # along the trial once judged (python -m ablate.rescore --snapshots)
             snaps = snapshots.Snapshots(ws, writer.path / snapshots.FOLDER)
-            agent = harness.run(model, task, ws, budget, progress=on_turn, after_tool=snaps.after_tool)
+            agent = harness.run(model, task, ws, budget, progress=on_turn, after_tool=snaps.after_tool,
+                                model_config=spec.model)
             writer.messages(agent.messages)
             writer.log(f"agent ended: {agent.end_reason} after {agent.turns} turns")
             t0 = time.monotonic()

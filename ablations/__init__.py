@@ -10,6 +10,9 @@ ablation derives, one mechanism at a time, from a baseline and a specialist arm:
     ablation: {baseline: goal_only, specialist: kda05, remove: [all]}
       -> kda05-knowledge, kda05-workflow, ...     (one per mechanism of kda05)
 
+An external agent's configuration items (skill:NAME, plugin:NAME, instructions, mcp:NAME,
+setting:KEY; harnesses/agents) are added and removed the same way: claude_code+skill-KernelWiki.
+
 Scopes (``study.scopes``), each planned in full:
     multi_shape   the operator set's shapes: public shown to the agent, eval (public + hidden) judged
     single_shape  one trial per eval shape; the agent is shown exactly the shape it is judged on
@@ -44,7 +47,9 @@ def arms(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
             found.update(derived(study["name"], found, study["ablation"]))
     if not found:
         raise AblateError(f"study {study['name']!r} names no arms; add study.arms or give +harness=NAME")
-    return {name: dict(h, mechanisms=_mechanisms(h)) for name, h in found.items()}
+    return {name: dict(h, mechanisms=_mechanisms(h), **({"agent": harnesses.agents.absolute(h["agent"])}
+                                                        if h.get("agent") else {}))
+            for name, h in found.items()}
 
 
 def derived(study: str, named: dict[str, dict[str, Any]], ablation: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -55,15 +60,20 @@ def derived(study: str, named: dict[str, dict[str, Any]], ablation: dict[str, An
                               f"arms: {', '.join(named)}")
     base, full = named[ablation["baseline"]], named[ablation["specialist"]]
     have = _mechanisms(full)
+    items = harnesses.agents.items_of(full)  # an external agent's skills, plugins, ...: ablated alike
     out = {}
     for op, wanted in (("add", ablation.get("add") or []), ("remove", ablation.get("remove") or [])):
-        names = list(have) if list(wanted) == ["all"] else list(wanted)
+        names = list(have) + list(items) if list(wanted) == ["all"] else list(wanted)
         for mech in names:
-            if mech not in have:
+            if mech not in have and mech not in items:
                 raise AblateError(f"study {study!r}: cannot {op} {mech!r}: {ablation['specialist']} has "
-                                  f"{', '.join(have) or 'no mechanisms'}")
+                                  f"{', '.join([*have, *items]) or 'no mechanisms'}")
             arm = copy.deepcopy(base if op == "add" else full)
-            if op == "add":
+            if mech in items:
+                arm["agent"] = harnesses.agents.toggled(arm, mech, items[mech] if op == "add" else None)
+                sign, label = ("+", ablation["baseline"]) if op == "add" else ("-", ablation["specialist"])
+                arm["name"] = f"{label}{sign}{mech.replace(':', '-')}"
+            elif op == "add":
                 arm["mechanisms"] = {**_mechanisms(base), mech: copy.deepcopy(have[mech])}
                 arm["name"] = f"{ablation['baseline']}+{mech}"
             else:

@@ -8,6 +8,9 @@ record what the agent did with it): knowledge (the kernel wiki and its search to
 (a controller that checks each step's artefact), profiler (Nsight Compute, or timed variants),
 search (a lineage of measured candidates, the best promoted), reviewer (implement-then-review),
 evaluate_tool (the trusted evaluator on the public shapes).
+
+Or a harness's agent is an external one (``agent: {name: claude_code | codex | command, ...}``,
+harnesses/agents): the same task, sandbox and budget, its model calls through ablate's gateway.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from dataclasses import fields
 from typing import Any
 
 from ablate.errors import AblateError
+from harnesses import agents
 from harnesses._documents import core_hashes
 from harnesses._harness import Harness, core_system
 from harnesses._loop import AgentResult, BudgetExhausted, LoopState, Spend, run_loop
@@ -41,6 +45,12 @@ def active(mechanisms: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
 def build(cfg: Mapping[str, Any], auxiliary_models: Mapping[str, Any] | None = None) -> Harness:
     chosen = active(cfg.get("mechanisms"))
     label = cfg.get("name")
+    agent = agents.build(cfg.get("agent"), f"harness {label!r}")
+    if agent is not None:
+        if chosen:
+            raise AblateError(f"harness {label!r}: mechanisms are ablate's own loop's; agent {agent.name} is given "
+                              f"skills, plugins, instructions, MCP servers and settings instead (agent.*)")
+        return Harness(str(label or "unnamed"), [], dict(auxiliary_models or {}), agent)
     for name in chosen:
         if name not in MECHANISMS:
             raise AblateError(f"harness {label!r}: unknown mechanism {name!r}; valid: {', '.join(MECHANISMS)}")

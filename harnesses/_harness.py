@@ -1,4 +1,5 @@
-"""A harness = the goal-only core (prompt, core tools, loop) plus zero or more mechanisms."""
+"""A harness = the goal-only core (prompt, core tools, loop) plus zero or more mechanisms; or an
+external agent (harnesses.agents: Claude Code, Codex, any program) in the same sandbox."""
 from __future__ import annotations
 
 from typing import Any
@@ -17,25 +18,33 @@ def core_system() -> str:
 
 
 class Harness:
-    def __init__(self, name: str, mechanisms: list[Mechanism], auxiliary_models: dict[str, dict] | None = None):
+    def __init__(self, name: str, mechanisms: list[Mechanism], auxiliary_models: dict[str, dict] | None = None,
+                 agent=None):
         self.name = name
         self.mechanisms = mechanisms  # in the registry's order: the order their submit checks run in
         self.auxiliary_models = dict(auxiliary_models or {})
+        self.agent = agent  # an external agent (harnesses.agents.Agent), or None: ablate's own loop
 
     def describe(self) -> dict[str, Any]:
         """For the record: the mechanisms and their options, auxiliary models, and the hash of
         every prompt and document this harness shows (core ones apart: they are the match's)."""
         from dataclasses import asdict
 
-        return {"name": self.name, "mechanisms": {m.name: asdict(m.options) for m in self.mechanisms},
-                "auxiliary_models": {k: v.get("id") for k, v in self.auxiliary_models.items()},
-                "hashes": {"core": _documents.core_hashes(), **{m.name: m.hashes() for m in self.mechanisms}}}
+        out = {"name": self.name, "mechanisms": {m.name: asdict(m.options) for m in self.mechanisms},
+               "auxiliary_models": {k: v.get("id") for k, v in self.auxiliary_models.items()},
+               "hashes": {"core": _documents.core_hashes(), **{m.name: m.hashes() for m in self.mechanisms}}}
+        if self.agent is not None:
+            out["agent"] = self.agent.describe()
+        return out
 
     def system_prompt(self, task: Task) -> str:
         return "\n\n".join([core_system()] + [s for m in self.mechanisms if (s := m.system(task))])
 
     def run(self, model: Model, task: Task, ws: Workspace, budget: Budget, progress=None,
-            after_tool=None) -> AgentResult:
+            after_tool=None, model_config: dict | None = None) -> AgentResult:
+        if self.agent is not None:  # model_config: the trial's model node, which the agent's gateway serves
+            return self.agent.run(model, task, ws, budget, progress=progress, after_tool=after_tool,
+                                  model_config=model_config)
         for m in self.mechanisms:
             for name, data in m.files(task).items():
                 ws.write(name, data)  # owned by the sandbox user, so the agent may edit its copy
