@@ -169,9 +169,12 @@ class OpenAIModel(SDKModel):
 
     def generate(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> Response:
         params = self.params(system, messages, tools)
-        return self._send(lambda attempt: self._attempt(params, attempt),
-                          lambda e: is_retryable(e, (self._sdk.APIConnectionError,)), describe,
+        return self._send(lambda attempt: self._attempt(params, attempt), self._retryable, describe,
                           f"openai {self.id}", _context_exceeded)
+
+    def _retryable(self, e: BaseException) -> bool:
+        # A bare APIError is an error object inside a 200 stream (vLLM's on an engine failure)
+        return is_retryable(e, (self._sdk.APIConnectionError,)) or type(e) is self._sdk.APIError
 
     def _attempt(self, params: dict[str, Any], attempt: Attempt) -> Response:
         with watching(self.timeout_s) as watch:

@@ -279,3 +279,12 @@ def test_no_choices_is_the_servers_fault_not_the_users(server, cfg):
     server.reply(200, completion("ok"))
     model = get(cfg)
     assert model.generate("sys", user(), TOOLS).text == "ok" and model.attempts == 2
+
+
+def test_an_error_object_inside_a_stream_is_retried(server, cfg):
+    error_chunk = 'data: {"error": {"message": "EngineCore encountered an issue", "type": "InternalServerError", "code": 500}}\n\n'
+    server.reply(steps=chunks("hello")[:2] + [error_chunk])
+    server.reply(steps=chunks("hello"))
+    model = get(cfg | {"stream": True})
+    r = model.generate("sys", user(), TOOLS)
+    assert r.text == "hello" and model.attempts == 2 and "EngineCore" in r.failed_attempts[0].error
