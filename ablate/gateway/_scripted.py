@@ -104,8 +104,8 @@ class ScriptedAgent:
     def reply(self, fmt: str, body: dict[str, Any]) -> _wire.Reply:
         system, messages, _ = _wire.request_view(fmt, body)
         text = "\n".join(m.content for m in messages if m.role in ("user", "system"))
-        cwd = m.group(1) if (m := re.search(r"(?:Primary working directory|<cwd>):?\s*([^\s<]+)", system + text)) \
-            else "/workspace"
+        found = re.search(r"(?:Primary working directory|<cwd>):?\s*([^\s<]+)", f"{system}\n{text}")
+        cwd = found.group(1) if found else "/workspace"
         vocab = vocabulary(fmt, body.get("tools") or [], cwd)
         done = [c for m in messages if m.role == "assistant" for c in m.tool_calls if MARK in c.id]
         results = {m.tool_call_id: m.content for m in messages if m.role == "tool"}

@@ -31,6 +31,7 @@ log = logging.getLogger("ablate.models")
 MAX_BODY = 32 << 20  # bytes a request may carry
 MAX_CONNECTIONS = 32  # open at once; more get 503
 READ_TIMEOUT_S = 120.0  # a request that does not arrive whole in this long is dropped
+DRAIN = 8 << 20  # bytes of an oversized body read and dropped after its 413, so the reply gets through
 ROUTES = {f.path: f.name for f in _wire.FORMATS.values()}
 COUNT_TOKENS = "/v1/messages/count_tokens"
 
@@ -57,11 +58,17 @@ def error_body(fmt: str | None, status: int, message: str) -> dict[str, Any]:
 class Out:
     """What a policy writes its reply through: a whole JSON body, or a stream of chunks."""
 
-    def __init__(self, handler: BaseHTTPRequestHandler):
+    def __init__(self, handler: BaseHTTPRequestHandler, defer: bool = False):
         self.h, self.started, self.streaming, self.gone = handler, False, False, False
+        self.defer, self._held = defer, None  # defer: a whole reply waits for finish()
 
     def json(self, status: int, body: dict[str, Any]) -> None:
+        if self.defer:
+            self.started, self._held = True, (status, body)
+            return
         data = json.dumps(body).encode()
+        if status >= 400:
+            self.h.close_connection = True  # after an error, the agent starts afresh
         self._headers(status, "application/json", len(data))
         self._send(data)
 
@@ -74,6 +81,11 @@ class Out:
             self._send(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
     def end(self) -> None:
+        """The reply's last bytes: a held JSON reply, or a stream's end. The call is recorded first,
+        so that the agent's next request never comes before its record."""
+        if self._held is not None:
+            (status, body), self._held, self.defer, self.started = self._held, None, False, False
+            self.json(status, body)
         if self.streaming:
             self._send(b"0\r\n\r\n")
             self.streaming = False
@@ -85,6 +97,8 @@ class Out:
         try:
             self.h.send_response(status)
             self.h.send_header("content-type", ctype)
+            if self.h.close_connection:
+                self.h.send_header("connection", "close")
             if length is None:
                 self.h.send_header("transfer-encoding", "chunked")
                 self.h.send_header("cache-control", "no-cache")
@@ -102,6 +116,15 @@ class Out:
             self.h.wfile.flush()
         except OSError:
             self.gone = True  # the agent hung up: the call is still counted
+
+
+def _drain(h: BaseHTTPRequestHandler, n: int) -> None:
+    try:
+        h.connection.settimeout(2.0)
+        while n > 0 and (chunk := h.rfile.read1(min(n, 1 << 16))):
+            n -= len(chunk)
+    except OSError:
+        pass
 
 
 class _Unix(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -167,6 +190,12 @@ class Gateway:
             def address_string(self) -> str:
                 return "agent"
 
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                # what http.server refuses itself (a request line or headers it cannot parse): in JSON,
+                # with a status line even when the request had none
+                self.request_version = "HTTP/1.1"
+                Out(self).json(code, error_body(None, code, message or "bad request"))
+
             def handle(self) -> None:
                 if not gateway._slots.acquire(blocking=False):
                     try:
@@ -227,8 +256,8 @@ class Gateway:
         except ValueError:
             n = -1
         if n < 0 or n > self.max_body:
-            h.close_connection = True
             out.json(413, error_body(fmt, 413, f"a request body must be 0 to {self.max_body} bytes"))
+            _drain(h, min(max(n, 0), DRAIN))  # so that the reply is read, not lost to a reset connection
             return None
         raw = h.rfile.read(n)
         try:
@@ -291,7 +320,7 @@ class Gateway:
             out.json(400, error_body(fmt, 400, f"ablate: the trial's {limit} budget is spent; the agent is ended"))
             return
         t0 = time.monotonic()
-        outcome = None
+        out, outcome = Out(h, defer=True), None
         try:
             outcome = self.policy.respond(fmt, sent, stream, out, {k.lower(): v for k, v in h.headers.items()})
         finally:
@@ -299,13 +328,15 @@ class Gateway:
                 outcome = Outcome(500, error_body(fmt, 500, "the gateway's model failed"), None, "outage")
                 if not out.started:
                     out.json(500, outcome.body)
-            out.end()
             if outcome.usage is not None:
                 outcome.usage.cost_usd = self.meter.cost(outcome.usage)
             text, calls, stop = _wire.reply_view(fmt, outcome.body) if outcome.usage is not None else ("", [], "error")
             self.meter.settle(tokens, cost, outcome.usage, len(calls))
             self.last_failure = outcome.failure
-            self._record(fmt, path, sent, outcome, text, calls, stop, time.monotonic() - t0, overridden)
+            try:
+                self._record(fmt, path, sent, outcome, text, calls, stop, time.monotonic() - t0, overridden)
+            finally:
+                out.end()
 
     def _record(self, fmt, path, sent, outcome: Outcome, text, calls, stop, seconds, overridden) -> None:
         system, messages, tools = _wire.request_view(fmt, sent)
