@@ -5,14 +5,15 @@
     shapes = shape_frame(records)       # a row per (trial, shape), with the shape's role
     progress, use = activity(records)   # evaluations during each trial; mechanism use
 
-Every trial gets an ``outcome`` (the stated counting rule, see ``tables.score``):
+Every trial gets an ``outcome`` (its score follows from it: ``tables.score``):
 ``accepted``; ``rejected`` (the evaluator judged the kernel and rejected it); ``crashed`` (the
 kernel crashed, hung or ran out of memory, or the trial has no evaluation at all);
 ``no_submission`` (no kernel.py at the end). ``budget_exhausted`` says, beside the outcome,
 whether a budget limit ended the trial. ``timing`` is the kind of figure the trial's study
 produces, from the device it ran on (a GPU name in its environment: ``cuda``; none:
 ``cpu-interpreted``), so a rejected trial, which the evaluator never timed, still belongs to
-its study's kind and pairs with its match.
+its study's kind and pairs with its match. ``scope``, ``shapes`` and ``shape`` say how its study
+chose the shapes (``design``); ``evaluation`` which of its evaluations the figures come from.
 """
 from __future__ import annotations
 
@@ -116,15 +117,30 @@ def _clean(r: dict[str, Any]) -> dict[str, Any]:
         r["evaluation"] = ev
     agent = dict(_dict(r.get("agent")))
     agent["events"] = _dicts(agent.get("events"))
+    agent["spent"] = {str(k): v for k, v in _dict(agent.get("spent")).items() if isinstance(v, dict)}
+    # each mechanism's use (harnesses: Mechanism.use), by mechanism name
+    agent["mechanisms"] = {str(k): {**v, **({"events": _dicts(v["events"])} if "events" in v else {})}
+                           for k, v in _dict(agent.get("mechanisms")).items() if isinstance(v, dict)}
     r["agent"] = agent
-    for k in ("usage", "environment", "model", "sandbox"):
+    for k in ("usage", "environment", "model", "sandbox", "spec", "shapes"):
         r[k] = _dict(r.get(k))
     for k in ("match_fields", "environment_key", "harness"):
         r[k] = r[k] if isinstance(r.get(k), dict) else None
-    if r.get("mechanisms") is not None:
-        r["mechanisms"] = {str(k): dict(v, events=_dicts(v.get("events"))) for k, v in _dict(r["mechanisms"]).items()
-                           if isinstance(v, dict)}
     return r
+
+
+def design(r: dict[str, Any]) -> tuple[str, str, str]:
+    """(scope, shape set, shape) of a trial: how its study chose the shapes (the spec's
+    ``scope``; inferred for records written before it was stored), the judged set's name, and
+    for a single_shape trial its one shape ("" otherwise): ``eval[M=8,N=512]`` is ("single_shape",
+    "eval", "M=8,N=512")."""
+    name = str((r.get("shapes") or {}).get("eval") or "")
+    set_name, bracket, rest = name.partition("[")
+    shape = rest[:-1] if bracket and rest.endswith("]") else ""
+    scope = (r.get("spec") or {}).get("scope")
+    if not isinstance(scope, str) or not scope:
+        scope = "single_shape" if shape else "smoke" if set_name == "smoke" else "multi_shape"
+    return scope, set_name or "unknown", shape
 
 
 def timing_kind(r: dict[str, Any]) -> str:
@@ -171,8 +187,10 @@ def trial_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
         ev, usage, agent = r.get("evaluation") or {}, r.get("usage") or {}, r.get("agent") or {}
         shapes = [s for s in ev.get("shapes") or [] if isinstance(s, dict)]
         env = r.get("environment") or {}
+        scope, shape_set, shape = design(r)
         rows.append({
             "trial_id": r["trial_id"], "study": r.get("study"), "arm": r["arm"],
+            "scope": scope, "shapes": shape_set, "shape": shape,
             "harness_id": harness_identity(r.get("harness")),
             "model": (r.get("model") or {}).get("id"), "operator": r["operator"], "seed": int(r["seed"]),
             "match_key": r.get("match_key"), "timing": timing_kind(r), "device": env.get("gpu") or "cpu",
@@ -180,11 +198,13 @@ def trial_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
             "end_reason": r.get("end_reason"), "budget_exhausted": r.get("end_reason") in BUDGETS,
             "speedup": _num(ev.get("geomean_speedup")) if ev.get("verdict") == "accepted" else np.nan,
             "sol": _geomean([s.get("sol_fraction") for s in shapes]) if ev.get("verdict") == "accepted" else np.nan,
-            "shapes": len(shapes), "shapes_correct": sum(bool(s.get("correct")) for s in shapes),
+            "shapes_judged": len(shapes), "shapes_correct": sum(bool(s.get("correct")) for s in shapes),
             "tokens": _num(usage.get("total_tokens"), 0.0), "cost_usd": _num(usage.get("cost_usd"), 0.0),
             "turns": _num(agent.get("turns")), "wall_s": _num(agent.get("wall_s")), "tool_s": _num(agent.get("tool_s")),
             "gpu_s": _num(agent.get("gpu_s")), "evaluation_s": _num(r.get("evaluation_s")),
             "flags": ",".join(evaluation_flags(r)),
+            # which evaluation these figures come from: "original" or a rescoring's name (ablate.rescore)
+            "evaluation": str(r.get("evaluation_source") or "original"), "evaluator_version": ev.get("evaluator_version"),
             # the libraries its speedups are against: two trials compared must have the same ones
             "libraries": ",".join(sorted({lib for s in shapes for lib in (s.get("baselines_ms") or {})})),
             "key_fields": r.get("match_fields"), "environment_key": r.get("environment_key"),
@@ -194,10 +214,11 @@ def trial_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     return _label_variants(df)
 
 
-TRIAL_COLUMNS = ["trial_id", "study", "arm", "harness_id", "model", "operator", "seed", "match_key", "timing", "device",
-                 "outcome", "verdict", "reasons", "end_reason", "budget_exhausted", "speedup", "sol", "shapes",
-                 "shapes_correct", "tokens", "cost_usd", "turns", "wall_s", "tool_s", "gpu_s", "evaluation_s",
-                 "flags", "libraries", "key_fields", "environment_key", "harness", "dir"]
+TRIAL_COLUMNS = ["trial_id", "study", "arm", "scope", "shapes", "shape", "harness_id", "model", "operator", "seed",
+                 "match_key", "timing", "device", "outcome", "verdict", "reasons", "end_reason", "budget_exhausted",
+                 "speedup", "sol", "shapes_judged", "shapes_correct", "tokens", "cost_usd", "turns", "wall_s", "tool_s",
+                 "gpu_s", "evaluation_s", "flags", "evaluation", "evaluator_version", "libraries", "key_fields",
+                 "environment_key", "harness", "dir"]
 
 
 def evaluation_flags(r: dict[str, Any]) -> list[str]:
@@ -306,13 +327,14 @@ def activity(records: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]
 
     progress: a row per trusted evaluation during a trial with what had been spent when it came
     back: the agent's ``evaluate`` tool results (public shapes), evaluation events the harness
-    recorded (``agent.events`` or ``mechanisms``, when they carry a speedup and a turn), the
+    recorded (``agent.events`` or a mechanism's, when they carry a speedup and a turn), the
     trusted judgements of the kernel.py snapshots taken along the trial (``snapshot``: public
     shapes, at the spend recorded with the snapshot; those of the final evaluation's device and
     evaluator version only, see ``_snapshot_points``), and the final judgement (``final``: eval
     shapes) at the trial's total spend.
     use: a row per (trial, what, count): tool calls (``tool:bash``), events (``event:review``) and
-    the numbers of the record's ``mechanisms`` section (``knowledge.queries``), where present."""
+    the numbers of each mechanism's use in ``agent.mechanisms`` (``knowledge.queries``; a list
+    counts its items: ``search.lineage``), where present."""
     progress, use = [], []
     for r in records:
         base = {"trial_id": r["trial_id"], "arm": r["arm"], "model": (r.get("model") or {}).get("id"),
@@ -327,11 +349,12 @@ def activity(records: list[dict[str, Any]]) -> tuple[pd.DataFrame, pd.DataFrame]
                 counts[f"tool:{c.get('name')}"] = counts.get(f"tool:{c.get('name')}", 0) + 1
         for e in _events(r):
             counts[f"event:{e.get('event')}"] = counts.get(f"event:{e.get('event')}", 0) + 1
-        mech = r.get("mechanisms")
-        for name, fields in (mech.items() if isinstance(mech, dict) else []):
-            for k, v in (fields.items() if isinstance(fields, dict) else []):
+        for name, fields in (r.get("agent") or {}).get("mechanisms", {}).items():
+            for k, v in fields.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     counts[f"{name}.{k}"] = float(v)
+                elif isinstance(v, list) and k != "events":  # a log of queries, candidates, rounds: how many
+                    counts[f"{name}.{k}"] = float(len(v))
         use += [{"trial_id": r["trial_id"], "what": k, "count": v} for k, v in counts.items()]
     return (pd.DataFrame(progress, columns=PROGRESS_COLUMNS), pd.DataFrame(use, columns=["trial_id", "what", "count"]))
 
@@ -341,10 +364,10 @@ PROGRESS_COLUMNS = ["trial_id", "arm", "model", "operator", "seed", "timing", "s
 
 
 def _events(r: dict[str, Any]) -> list[dict[str, Any]]:
-    events = list((r.get("agent") or {}).get("events") or [])
-    mech = r.get("mechanisms")
-    for m in (mech.values() if isinstance(mech, dict) else []):
-        events += list(m.get("events") or []) if isinstance(m, dict) else []
+    agent = r.get("agent") or {}
+    events = list(agent.get("events") or [])
+    for m in (agent.get("mechanisms") or {}).values():
+        events += list(m.get("events") or [])
     return [e for e in events if isinstance(e, dict)]
 
 

@@ -1,18 +1,34 @@
-"""Trial frames -> the study's tables: per arm, per operator, matched ratios, and the paper's
-comparisons (fast_p, SOL score, hidden shapes, cost, mechanism use, best-so-far).
+"""Trial frames -> the study's tables: per arm, per operator, matched ratios, planning, and the
+paper's comparisons (fast_p, SOL score, hidden shapes, cost, mechanism use, best-so-far).
 
-Counting rule: every trial of an arm counts. An accepted trial scores its speedup against the
-best library (the evaluator's geometric mean over shapes); any other trial (rejected, crashed,
-no submission; whatever ended it, a budget included) scores ``rejected_as`` (default 1.0: the
-user falls back to the best library), or is left out with ``"exclude"`` (the sensitivity view).
-Tables show the counts of each outcome beside every mean. Geometric means go over seeds within
-an operator, then over operators (``stats.estimate``). Figures of different timing kinds
-(``cuda``, ``cpu-interpreted``: the kind of the study's device) are never mixed.
+The scoring rule, one for every trial (``score``), and both of its figures are in every table:
+  produced  the speedup against the best library of the kernel the arm produced (the evaluator's
+            geometric mean over the trial's shapes), for an accepted trial. A trial without an
+            accepted kernel (rejected, crashed, no submission, whatever ended it) has none: it
+            counts in the correctness rate shown beside every produced figure, and as a loss to
+            a trial with an accepted kernel in every win/tie/loss count. Columns ``speedup``
+            (an arm), ``ratio`` (a comparison).
+  fallback  max(produced, 1) for every trial, 1.0 for one without an accepted kernel: what a user
+            gets who keeps the best library whenever the kernel is wrong or slower. Columns
+            ``fallback``, ``fallback_ratio``.
+An arm without a correct kernel has no produced figure, and a fallback of 1.0 on every trial: it
+never scores above an arm with correct kernels, at most level with one. "Beats the best
+library on k of n operators" reads from produced figures.
 
-Matched pairs share a study, model, operator and seed, and then must agree on their whole match
-key (``match_fields``), run-time key (``environment_key``) and the libraries the judge timed (a
-library installed on both machines may load on one only); a candidate pair that disagrees is
-refused, and ``refusals`` names the differing field.
+Designs are never pooled: every table has a row per (timing, scope, shape set, arm, model), and
+pairs form only within one (``DESIGN``). ``timing`` is cuda or cpu-interpreted (figures of the two
+never mix); ``scope`` how the study chose the shapes (multi_shape, single_shape, smoke); ``shapes``
+the judged shape set's name. A single_shape trial judges one shape of the set: a seed's shapes
+are averaged first (mean of logs, as the evaluator averages a multi_shape trial's shapes), then
+seeds within an operator, then operators (``stats.estimate``, with its two named intervals:
+these operators, operators like these). Many arms against one baseline: Holm-adjusted p-values
+per test across the arms of a design (``*_p_holm``), and ``family_lines`` says which survive.
+
+Matched pairs share a design, study, model, operator, seed and shape, and then must agree on
+their whole match key (``match_fields``), run-time key (``environment_key``) and the libraries
+the judge timed (a library installed on both machines may load on one only); a candidate pair
+that disagrees is refused, and ``refusals`` names the differing field. A trial of either arm left
+without a partner is counted and named in its row (``unpaired``).
 """
 from __future__ import annotations
 
@@ -27,92 +43,136 @@ from ablate import snapshots
 from analysis import frames, stats
 
 OUTCOMES = ("accepted", "rejected", "crashed", "no_submission")
-PAIR_ON = ["study", "model", "operator", "seed", "timing"]
-GROUP = ["timing", "arm", "model"]
+DESIGN = ["timing", "scope", "shapes", "model"]  # a comparison never crosses these
+GROUP = ["timing", "scope", "shapes", "arm", "model"]  # an arm's rows
+PAIR_ON = ["study", "model", "operator", "seed", "timing", "scope", "shapes", "shape"]
+UNIT = ["operator", "seed"]  # one value of the estimator: a seed of an operator (its shapes averaged)
+TIE_BAND = 0.05  # a pair within +-5% of 1.0x is a tie
+INTERVALS = ("these", "like")  # these operators; operators like these (stats.Estimate)
+NO_PAIRS, BOTH = "no pairs", "no pair where both were accepted"  # why a ratio has no estimate
+
+SCORING = ("one rule for every trial: produced = the speedup vs the best library of the accepted kernel "
+           "(a trial without one has none and counts in the correctness rate, and as a loss in wins/ties/losses); "
+           "fallback = max(produced, 1), 1.0x without an accepted kernel (the user keeps the library)")
+INTERVAL_NAMES = ("95% intervals: 'these operators' (the operators studied; seeds random) and 'operators like "
+                  "these' (operators a random effect: t on per-operator means, K-1 df); p: the t test of each, "
+                  "Holm-adjusted across the arms of a design")
 
 
-def trials(path: Path | str) -> pd.DataFrame:
+def trials(path: Path | str, evaluation: str = "latest") -> pd.DataFrame:
     """One row per readable trial record under ``path`` (see ``frames.load``)."""
-    return frames.trial_frame(frames.load(path)[0])
+    return frames.trial_frame(frames.load(path, evaluation)[0])
 
 
-def score(df: pd.DataFrame, rejected_as: float | str = 1.0) -> pd.DataFrame:
-    """Adds ``score``: the speedup of an accepted trial, else ``rejected_as`` (NaN: excluded)."""
+def score(df: pd.DataFrame) -> pd.DataFrame:
+    """The scoring rule (module docstring): ``speedup`` of an accepted trial (NaN otherwise) and
+    ``fallback`` = max(speedup, 1), 1.0 without an accepted kernel."""
     out = df.copy()
     accepted = (out["outcome"] == "accepted") & (out["speedup"] > 0)
-    fallback = np.nan if rejected_as == "exclude" else float(rejected_as)
-    out["score"] = np.where(accepted, out["speedup"], fallback)
+    out["speedup"] = out["speedup"].where(accepted)
+    out["fallback"] = np.fmax(out["speedup"].to_numpy(dtype=float), 1.0)
     return out
 
 
-def _counts(g: pd.DataFrame) -> dict[str, int]:
-    c = {o: int((g["outcome"] == o).sum()) for o in OUTCOMES}
+def _per_seed(g: pd.DataFrame, logs) -> pd.Series:
+    """Mean of log values per (operator, seed): a seed's shapes averaged; NaN without any."""
+    return pd.Series(np.asarray(logs, dtype=float), index=g.index).groupby([g["operator"], g["seed"]]).mean()
+
+
+def _logs(g: pd.DataFrame, column: str) -> pd.Series:
+    return _per_seed(g, np.log(g[column].to_numpy(dtype=float)))
+
+
+def _estimate(units: pd.Series, empty: str = "no accepted kernel") -> stats.Estimate:
+    return stats.estimate(units.index.get_level_values("operator"), units.to_numpy(dtype=float), empty=empty)
+
+
+def _columns(prefix: str, e: stats.Estimate) -> dict[str, Any]:
+    out: dict[str, Any] = {prefix: e.estimate}
+    for name in INTERVALS:
+        iv = getattr(e, name)
+        out.update({f"{prefix}_{name}_low": iv.low, f"{prefix}_{name}_high": iv.high, f"{prefix}_{name}_p": iv.p,
+                    f"{prefix}_{name}_why": iv.why})
+    return out
+
+
+def _counts(g: pd.DataFrame) -> dict[str, Any]:
+    c: dict[str, Any] = {o: int((g["outcome"] == o).sum()) for o in OUTCOMES}
     c["budget_out"] = int(g["budget_exhausted"].sum())
+    c["correct_rate"] = c["accepted"] / len(g) if len(g) else np.nan
     return c
 
 
-def _estimate_row(e: stats.Estimate, name: str) -> dict[str, float]:
-    return {name: e.estimate, "ci_low": e.ci_low, "ci_high": e.ci_high}
+def _groups(df: pd.DataFrame, by: list[str]):
+    for key, g in df.groupby(by, sort=True, dropna=False):
+        yield dict(zip(by, key)), g
 
 
-def arm_table(df: pd.DataFrame, rejected_as: float | str = 1.0) -> pd.DataFrame:
-    """Per (timing, arm, model): the geomean speedup over operators with its 95% interval, and the
-    count of every outcome."""
-    df = score(df, rejected_as)
+def arm_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per arm (and design): the count of every outcome, the correctness rate, and both scores'
+    geomean over operators with their two intervals. ``operators_with_kernel``: operators where
+    the arm produced at least one accepted kernel (the produced figure is over those)."""
+    df = score(df)
     rows = []
-    for (timing, arm, model), g in df.groupby(GROUP, sort=True):
-        e = stats.estimate(g["operator"], np.log(g["score"]))
-        rows.append({"timing": timing, "arm": arm, "model": model, "trials": len(g), **_counts(g),
-                     "counted": e.n, **_estimate_row(e, "geomean_speedup"),
+    for key, g in _groups(df, GROUP):
+        rows.append({**key, "trials": len(g), **_counts(g), "operators": g["operator"].nunique(),
+                     "operators_with_kernel": g.loc[g["speedup"].notna(), "operator"].nunique(),
+                     **_columns("speedup", _estimate(_logs(g, "speedup"))),
+                     **_columns("fallback", _estimate(_logs(g, "fallback"))),
                      "sol": frames._geomean(g["sol"]), "tokens": float(g["tokens"].mean()),
                      "cost_usd": float(g["cost_usd"].mean()), "turns": float(g["turns"].mean())})
     return pd.DataFrame(rows)
 
 
-def operator_table(df: pd.DataFrame, rejected_as: float | str = 1.0) -> pd.DataFrame:
-    """Per (timing, arm, model, operator): geomean speedup over seeds with its interval,
-    correctness rate, speed-of-light fraction of accepted kernels, and whether it beats the best library."""
-    df = score(df, rejected_as)
+def operator_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (arm, operator): correctness rate, both scores' geomean over seeds with the interval
+    over seeds, speed-of-light fraction of accepted kernels, and whether its produced kernels
+    beat the best library (geomean over accepted seeds above 1.0x)."""
+    df = score(df)
     rows = []
-    for (timing, arm, model, op), g in df.groupby(GROUP + ["operator"], sort=True):
-        e = stats.estimate(g["operator"], np.log(g["score"]))
-        rows.append({"timing": timing, "arm": arm, "model": model, "operator": op, "trials": len(g),
-                     "accepted": int((g["outcome"] == "accepted").sum()),
+    for key, g in _groups(df, GROUP + ["operator"]):
+        produced, fallback = _estimate(_logs(g, "speedup")), _estimate(_logs(g, "fallback"))
+        rows.append({**key, "trials": len(g), "accepted": int((g["outcome"] == "accepted").sum()),
                      "correct_rate": float((g["outcome"] == "accepted").mean()),
-                     **_estimate_row(e, "geomean_speedup"), "sol": frames._geomean(g["sol"]),
-                     "beats_library": bool(e.estimate > 1) if np.isfinite(e.estimate) else False})
+                     "speedup": produced.estimate, "speedup_these_low": produced.these.low,
+                     "speedup_these_high": produced.these.high, "speedup_these_why": produced.these.why,
+                     "fallback": fallback.estimate, "sol": frames._geomean(g["sol"]),
+                     "beats_library": bool(produced.estimate > 1)})
     return pd.DataFrame(rows)
 
 
-def paper_table(df: pd.DataFrame, rejected_as: float | str = 1.0) -> pd.DataFrame:
-    """Per arm, the figures the reproduced paper reports: geomean speedup against the best library
-    (over shapes, then operators), fraction of speed-of-light, correctness rate, and "beats the
-    best library on k of n operators"."""
-    ops = operator_table(df, rejected_as)
-    arms = arm_table(df, rejected_as)
-    rows = []
-    for (timing, arm, model), g in ops.groupby(GROUP, sort=True):
-        a = arms[(arms["timing"] == timing) & (arms["arm"] == arm) & (arms["model"] == model)].iloc[0]
-        rows.append({"timing": timing, "arm": arm, "model": model, "geomean_speedup": a["geomean_speedup"],
-                     "ci_low": a["ci_low"], "ci_high": a["ci_high"], "sol": a["sol"],
-                     "correct_rate": a["accepted"] / a["trials"],
-                     "beats_library": f"{int(g['beats_library'].sum())} of {len(g)}"})
+def paper_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per arm, the figures the reproduced paper reports: the produced geomean speedup against the
+    best library (over shapes, seeds, then operators) with its interval over these operators,
+    the fraction of speed-of-light, the correctness rate, "beats the best library on k of n
+    operators" (from produced kernels), and the fallback geomean beside them."""
+    rows = []  # both tables have a row per GROUP, in the same order
+    for a, (_, g) in zip(arm_table(df).to_dict("records"), _groups(operator_table(df), GROUP)):
+        rows.append({**{c: a[c] for c in GROUP}, "speedup": a["speedup"], "speedup_these_low": a["speedup_these_low"],
+                     "speedup_these_high": a["speedup_these_high"], "speedup_these_why": a["speedup_these_why"],
+                     "sol": a["sol"], "correct_rate": a["correct_rate"],
+                     "beats_library": f"{int(g['beats_library'].sum())} of {len(g)}", "fallback": a["fallback"]})
     return pd.DataFrame(rows)
 
 
-def pairs(df: pd.DataFrame, arm: str, baseline: str, rejected_as: float | str = 1.0) -> tuple[pd.DataFrame, list[dict]]:
-    """Matched (arm, baseline) trials and the candidates refused. A pair's ``log_ratio`` is
-    log(score_arm / score_baseline); NaN when either side is excluded."""
-    df = score(df, rejected_as)
+def pairs(df: pd.DataFrame, arm: str, baseline: str) -> tuple[pd.DataFrame, list[dict]]:
+    """Matched (arm, baseline) trials of one design and the candidates refused. A pair carries
+    ``log_ratio`` (of produced speedups: NaN unless both were accepted) and ``log_fallback``."""
+    df = score(df)
     a, b = df[df["arm"] == arm], df[df["arm"] == baseline]
     m = a.merge(b, on=PAIR_ON, suffixes=("", "_base"))
     if m.empty:
-        return m.assign(log_ratio=pd.Series(dtype=float)), []
+        return m.assign(log_ratio=pd.Series(dtype=float), log_fallback=pd.Series(dtype=float)), []
     env = m["environment_key"].map(_canon) == m["environment_key_base"].map(_canon)
     libs = (m["libraries"] == m["libraries_base"]) | (m["libraries"] == "") | (m["libraries_base"] == "")  # "": untimed
-    same = (m["match_key"] == m["match_key_base"]) & env & libs
+    # the evaluations read must be of one kind: both original or both rescored, by one evaluator version
+    judged = (((m["evaluation"] == "original") == (m["evaluation_base"] == "original"))
+              & ((m["evaluator_version"] == m["evaluator_version_base"]) | m["evaluator_version"].isna()
+                 | m["evaluator_version_base"].isna()))
+    same = (m["match_key"] == m["match_key_base"]) & env & libs & judged
     good = m[same].copy()
-    good["log_ratio"] = np.log(good["score"]) - np.log(good["score_base"])
+    good["log_ratio"] = np.log(good["speedup"]) - np.log(good["speedup_base"])
+    good["log_fallback"] = np.log(good["fallback"]) - np.log(good["fallback_base"])
     refused = []
     paired_trials = set(good["trial_id"])
     for _, r in m[~same].iterrows():
@@ -133,6 +193,12 @@ def _difference(r: pd.Series) -> tuple[str, Any, Any]:
         ea, eb = r["environment_key"] or {}, r["environment_key_base"] or {}
         f = frames.first_difference(ea, eb)
         return f"environment.{f}", _get(ea, f), _get(eb, f)
+    if (r["evaluation"] == "original") != (r["evaluation_base"] == "original"):
+        return ("evaluation read (one side rescored: python -m ablate.rescore both, or --evaluation original)",
+                r["evaluation"], r["evaluation_base"])
+    if pd.notna(r["evaluator_version"]) and pd.notna(r["evaluator_version_base"]) \
+            and r["evaluator_version"] != r["evaluator_version_base"]:
+        return "evaluator_version of the evaluations read", r["evaluator_version"], r["evaluator_version_base"]
     if r["libraries"] and r["libraries_base"] and r["libraries"] != r["libraries_base"]:
         return "libraries timed (one installed library did not load on one side?)", r["libraries"], r["libraries_base"]
     ka, kb = r["key_fields"], r["key_fields_base"]
@@ -163,108 +229,168 @@ def refusal_lines(refused: list[dict]) -> list[str]:
             for (arm, base, field), rs in sorted(by.items())]
 
 
-def _arms_against(df: pd.DataFrame, baseline: str):
-    for (timing, arm, model), _ in df[df["arm"] != baseline].groupby(GROUP, sort=True):
-        sub = df[(df["timing"] == timing) & (df["model"] == model)]
-        yield timing, arm, model, sub
-
-
-def matched(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0) -> list[tuple]:
-    """(timing, arm, model, trials of that timing and model, pairs, refused) for every arm against
+def matched(df: pd.DataFrame, baseline: str) -> list[tuple]:
+    """(design, arm, trials of that design, pairs, refused) for every arm of every design against
     ``baseline``: computed once, shared by the ratio tables."""
-    return [(timing, arm, model, sub, *pairs(sub, arm, baseline, rejected_as))
-            for timing, arm, model, sub in _arms_against(df, baseline)]
+    out = []
+    for design, sub in _groups(df, DESIGN):
+        # every arm of this model gets a row in each design, so that trials of either side left
+        # without a partner (an arm run at one scope or on one kind of machine only) are named
+        same = df["model"].fillna("") == (design["model"] or "")
+        for arm in sorted(set(df.loc[same, "arm"]) - {baseline}):
+            out.append((design, arm, sub, *pairs(sub, arm, baseline)))
+    return out
 
 
-def ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0, band: float = stats.TIE_BAND,
-                paired: list | None = None) -> pd.DataFrame:
-    """For every arm against ``baseline``: the geomean over operators of per-operator matched
-    log-ratios with its 95% interval, the outcome counts of both sides, the Wilcoxon signed-rank
-    p-value, and win/tie/loss with a tie band of +-``band``."""
+def _names(trials: pd.DataFrame, most: int = 6) -> str:
+    """'rmsnorm s0, s1; softmax s3' for trials, by operator; shapes of one seed once."""
+    seeds = trials.groupby("operator")["seed"].apply(lambda s: ", ".join(f"s{x}" for x in sorted(set(s))))
+    parts = [f"{op} {s}" for op, s in seeds.items()]
+    return "; ".join(parts[:most]) + (f"; and {len(parts) - most} more operators" if len(parts) > most else "")
+
+
+def win_tie_loss(p: pd.DataFrame, band: float = TIE_BAND) -> tuple[int, int, int]:
+    """Pairs the arm wins, ties, loses by the scoring rule: both accepted, by the produced ratio
+    with a tie band of +-``band``; only one accepted, that side wins; neither, a tie."""
+    a, b = p["speedup"].notna(), p["speedup_base"].notna()
+    edge = np.log1p(band)
+    wins = int(((a & b & (p["log_ratio"] > edge)) | (a & ~b)).sum())
+    losses = int(((a & b & (p["log_ratio"] < -edge)) | (~a & b)).sum())
+    return wins, len(p) - wins - losses, losses
+
+
+def ratio_table(df: pd.DataFrame, baseline: str, band: float = TIE_BAND, paired: list | None = None) -> pd.DataFrame:
+    """For every arm of every design against ``baseline``: the pairs; each side's correctness
+    over them; the produced ratio (``ratio``: pairs where both were accepted) and the fallback
+    ratio (every pair), each with both intervals, p-values and Holm-adjusted p-values across the
+    design's arms; wins/ties/losses; the trials of either arm without a partner, counted and
+    named; refused candidate pairs."""
     rows = []
-    for timing, arm, model, sub, p, refused in paired if paired is not None else matched(df, baseline, rejected_as):
-        counted = p[np.isfinite(p["log_ratio"])] if not p.empty else p
-        e = stats.estimate(counted["operator"], counted["log_ratio"]) if not p.empty else stats.estimate([], [])
-        w, t, lo = stats.win_tie_loss(counted["log_ratio"], band) if not p.empty else (0, 0, 0)
-        not_acc = (lambda col: int((p[col] != "accepted").sum())) if not p.empty else (lambda col: 0)
-        refused_trials = len({r["trial_id"] for r in refused})
-        unmatched = int((~sub[sub["arm"] == arm]["trial_id"].isin(p["trial_id"] if not p.empty else [])).sum()) - refused_trials
-        rows.append({"timing": timing, "ratio": f"{arm} / {baseline}", "model": model, "pairs": len(p),
-                     "counted": e.n, "refused": refused_trials, "unmatched": unmatched, "arm_not_accepted": not_acc("outcome"),
-                     "baseline_not_accepted": not_acc("outcome_base"), **_estimate_row(e, "geomean_ratio"),
-                     "wilcoxon_p": stats.wilcoxon(counted["log_ratio"]) if not p.empty else np.nan,
-                     "wins": w, "ties": t, "losses": lo})
-    return pd.DataFrame(rows)
+    for design, arm, sub, p, refused in paired if paired is not None else matched(df, baseline):
+        mine, theirs = sub[sub["arm"] == arm], sub[sub["arm"] == baseline]
+        lone_arm = mine[~mine["trial_id"].isin(p["trial_id"])]
+        lone_base = theirs[~theirs["trial_id"].isin(p["trial_id_base"] if not p.empty else [])]
+        w, t, lo = win_tie_loss(p, band) if not p.empty else (0, 0, 0)
+        unpaired = "; ".join(f"{name}: {_names(lone)}" for name, lone in ((arm, lone_arm), (baseline, lone_base)) if len(lone))
+        rows.append({**design, "comparison": f"{arm} / {baseline}", "arm": arm, "baseline": baseline, "pairs": len(p),
+                     "both_accepted": int(p["log_ratio"].notna().sum()) if not p.empty else 0,
+                     "arm_correct": float(p["speedup"].notna().mean()) if not p.empty else np.nan,
+                     "baseline_correct": float(p["speedup_base"].notna().mean()) if not p.empty else np.nan,
+                     "operators": p["operator"].nunique() if not p.empty else 0,
+                     "seeds": p["seed"].nunique() if not p.empty else 0,
+                     **_columns("ratio", _estimate(_per_seed(p, p["log_ratio"]), BOTH) if not p.empty else stats.estimate([], [], empty=NO_PAIRS)),
+                     **_columns("fallback_ratio", _estimate(_per_seed(p, p["log_fallback"])) if not p.empty else stats.estimate([], [], empty=NO_PAIRS)),
+                     "wins": w, "ties": t, "losses": lo, "unpaired_arm": len(lone_arm), "unpaired_baseline": len(lone_base),
+                     "unpaired": unpaired, "refused": len({r["trial_id"] for r in refused})})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    for prefix in ("ratio", "fallback_ratio"):
+        for name in INTERVALS:
+            col = f"{prefix}_{name}_p"
+            out[f"{col}_holm"] = out.groupby(DESIGN, dropna=False)[col].transform(lambda p: stats.holm(p.to_numpy()))
+    # the arms compared in the design (those with pairs): what Holm adjusts over
+    out["family"] = (out["pairs"] > 0).groupby([out[c] for c in DESIGN], dropna=False).transform("sum").astype(int)
+    return out
 
 
-def operator_ratio_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0,
-                         band: float = stats.TIE_BAND, paired: list | None = None) -> pd.DataFrame:
-    """The matched ratio per operator: geomean over its seeds with the paired t interval, wins/ties/losses."""
+def family_lines(ratios: pd.DataFrame, alpha: float = 0.05) -> list[str]:
+    """One line per design comparing more than one arm with its baseline: which comparisons stay
+    significant at family-wise ``alpha`` after Holm's adjustment, for each score and interval."""
+    lines = []
+    if ratios is None or ratios.empty:
+        return lines
+    for design, g in _groups(ratios[ratios["pairs"] > 0], DESIGN):
+        if len(g) < 2:
+            continue
+        parts = []
+        for prefix, score_name in (("fallback_ratio", "fallback"), ("ratio", "produced")):
+            for name, label in (("these", "these operators"), ("like", "operators like these")):
+                held = g.loc[g[f"{prefix}_{name}_p_holm"] < alpha, "arm"]
+                parts.append(f"{score_name}, {label}: {', '.join(held) if len(held) else 'none'}")
+        where = ", ".join(str(design[c]) for c in DESIGN)
+        lines.append(f"{len(g)} arms against {g['baseline'].iloc[0]} ({where}): Holm-adjusted, family-wise {alpha:.0%}, "
+                     f"differ from 1.0x: " + "; ".join(parts))
+    return lines
+
+
+def operator_ratio_table(df: pd.DataFrame, baseline: str, band: float = TIE_BAND, paired: list | None = None) -> pd.DataFrame:
+    """The matched ratio per operator: both scores' geomean over its seeds with the paired t
+    interval over them, and wins/ties/losses."""
     rows = []
-    for timing, arm, model, sub, p, _ in paired if paired is not None else matched(df, baseline, rejected_as):
+    for design, arm, sub, p, _ in paired if paired is not None else matched(df, baseline):
         for op, g in p.groupby("operator", sort=True) if not p.empty else []:
-            x = g["log_ratio"][np.isfinite(g["log_ratio"])]
-            e = stats.estimate([op] * len(x), x)
-            w, t, lo = stats.win_tie_loss(x, band)
-            rows.append({"timing": timing, "ratio": f"{arm} / {baseline}", "model": model, "operator": op,
-                         "pairs": len(g), "counted": e.n, **_estimate_row(e, "geomean_ratio"),
-                         "wins": w, "ties": t, "losses": lo})
+            produced, fallback = _estimate(_per_seed(g, g["log_ratio"]), BOTH), _estimate(_per_seed(g, g["log_fallback"]))
+            w, t, lo = win_tie_loss(g, band)
+            rows.append({**design, "comparison": f"{arm} / {baseline}", "operator": op, "pairs": len(g),
+                         "both_accepted": int(g["log_ratio"].notna().sum()), "ratio": produced.estimate,
+                         "ratio_these_low": produced.these.low, "ratio_these_high": produced.these.high,
+                         "ratio_these_why": produced.these.why, "fallback_ratio": fallback.estimate,
+                         "fallback_ratio_these_low": fallback.these.low, "fallback_ratio_these_high": fallback.these.high,
+                         "fallback_ratio_these_why": fallback.these.why, "wins": w, "ties": t, "losses": lo})
     return pd.DataFrame(rows)
 
 
-def planning_table(df: pd.DataFrame, baseline: str, rejected_as: float | str = 1.0, effect: float = 1.05,
-                   alpha: float = 0.05, power: float = 0.8, paired: list | None = None) -> pd.DataFrame:
-    """From this study as a pilot: the spread of paired log-ratios within operators, the minimum
-    detectable ratio at its seeds (two-sided alpha, power), and the seeds per operator that a
-    ratio of ``effect`` needs."""
+def planning_table(df: pd.DataFrame, baseline: str, effect: float = 1.05, alpha: float = 0.05, power: float = 0.8,
+                   paired: list | None = None) -> pd.DataFrame:
+    """From this study as a pilot, per comparison and score: the spread of log-ratios within an
+    operator (``sd_within``) and of the operators' true ratios (``sd_between``, by moments), the
+    minimum detectable ratio of the "operators like these" test at this design, and the seeds per
+    operator (at these operators) or the operators (at these seeds) a ratio of ``effect`` needs.
+    ``why`` says what cannot be planned from this pilot."""
     rows = []
-    for timing, arm, model, sub, p, _ in paired if paired is not None else matched(df, baseline, rejected_as):
-        p = p[np.isfinite(p["log_ratio"])] if not p.empty else p
+    for design, arm, sub, p, _ in paired if paired is not None else matched(df, baseline):
         if p.empty:
             continue
-        e = stats.estimate(p["operator"], p["log_ratio"])
-        seeds = int(p.groupby("operator").size().median())
-        rows.append({"timing": timing, "ratio": f"{arm} / {baseline}", "model": model, "operators": e.operators,
-                     "seeds": seeds, "sd_log_ratio": e.sd, "mde_ratio": stats.mde(e.sd, e.operators, seeds, alpha, power),
-                     f"seeds_for_{effect:g}x": stats.seeds_needed(effect, e.sd, e.operators, alpha, power)})
+        for prefix, score_name in (("fallback", "fallback"), ("ratio", "produced")):
+            units = _per_seed(p, p["log_fallback" if prefix == "fallback" else "log_ratio"]).dropna()
+            if units.empty:
+                continue
+            e = _estimate(units)
+            seeds = int(units.groupby(level="operator").size().median())
+            why = ("one operator: the spread between operators is unknown" if e.operators < 2 else
+                   "one seed per operator: the spread within an operator is unknown" if not np.isfinite(e.sd) else "")
+            need_seeds = stats.seeds_needed(effect, e.sd, e.tau, e.operators, alpha, power)
+            need_ops = stats.operators_needed(effect, e.sd, e.tau, seeds, alpha, power)
+            if not why and need_seeds is None:
+                why = (f"no seed count reaches {effect:g}x with {e.operators} operators: the spread between "
+                       f"operators alone is too wide; more operators are needed")
+            rows.append({**design, "comparison": f"{arm} / {baseline}", "score": score_name, "operators": e.operators,
+                         "seeds": seeds, "sd_within": e.sd, "sd_between": e.tau,
+                         "mde_ratio": stats.mde(e.sd, e.tau, e.operators, seeds, alpha, power) if not why or need_ops else np.nan,
+                         f"seeds_for_{effect:g}x": need_seeds, f"operators_for_{effect:g}x": need_ops, "why": why})
     return pd.DataFrame(rows)
 
 
 def fast_p_table(df: pd.DataFrame, thresholds=stats.FAST_P) -> pd.DataFrame:
     """KernelBench's fast_p: the fraction of trials whose kernel is correct (accepted) and faster
     than p x the baseline, here the best library (KernelBench uses PyTorch eager). fast_0 is the
-    correctness rate. Every trial is in the denominator, whatever ``rejected_as`` says."""
+    correctness rate. Every trial is in the denominator."""
     rows = []
-    for (timing, arm, model), g in df.groupby(GROUP, sort=True):
+    for key, g in _groups(df, GROUP):
         ok = g["outcome"] == "accepted"
-        rows.append({"timing": timing, "arm": arm, "model": model, "trials": len(g),
-                     **{f"fast_{p:g}": float((ok & (g["speedup"] > p)).mean()) for p in thresholds}})
+        rows.append({**key, "trials": len(g), **{f"fast_{p:g}": float((ok & (g["speedup"] > p)).mean()) for p in thresholds}})
     return pd.DataFrame(rows)
 
 
-def sol_score_table(df: pd.DataFrame, shapes: pd.DataFrame, rejected_as: float | str = 1.0) -> pd.DataFrame:
-    """SOL-ExecBench's score S (0.5 at the best library's time, 1 at speed-of-light), the mean over
-    shapes of a trial, then over its operator's trials, then over operators. A trial that is not
-    accepted scores as ``rejected_as`` x the library (S = 0.5 at 1.0x); its q = T_SOL / T_b is the
-    operator's median over accepted shapes."""
+def sol_score_table(df: pd.DataFrame, shapes: pd.DataFrame) -> pd.DataFrame:
+    """SOL-ExecBench's score S (0.5 at the best library's time, 1 at speed-of-light): the mean
+    over a trial's shapes, then over its operator's trials, then over operators. By the scoring
+    rule: ``sol_score`` over accepted trials only (produced), ``sol_score_fallback`` over every
+    trial, each at least 0.5 (the library's), a trial without an accepted kernel 0.5."""
     ok = shapes[(shapes["verdict"] == "accepted") & (shapes["speedup"] > 0) & (shapes["sol"] > 0)].copy()
-    ok["q"] = ok["sol"] / ok["speedup"]
-    ok["S"] = stats.sol_score(ok["speedup"], ok["q"])
+    ok["S"] = stats.sol_score(ok["speedup"], ok["sol"] / ok["speedup"])
     per_trial = ok.groupby("trial_id")["S"].mean()
-    q_op = ok.groupby("operator")["q"].median()
-    fallback = np.nan if rejected_as == "exclude" else float(rejected_as)
     rows = []
-    for (timing, arm, model), g in df.groupby(GROUP, sort=True):
-        s = np.where(g["outcome"] == "accepted", g["trial_id"].map(per_trial),
-                     stats.sol_score(fallback, g["operator"].map(q_op).to_numpy(dtype=float))
-                     if fallback != 1.0 else 0.5)
-        per_op = pd.Series(s, index=g.index).groupby(g["operator"]).mean()
-        rows.append({"timing": timing, "arm": arm, "model": model, "trials": len(g),
-                     "sol_score": float(per_op.mean()) if per_op.notna().any() else np.nan})
+    for key, g in _groups(df, GROUP):
+        s = g["trial_id"].map(per_trial).where(g["outcome"] == "accepted")
+        fallback = np.fmax(s.to_numpy(dtype=float), 0.5)
+        rows.append({**key, "trials": len(g), "sol_score": float(s.groupby(g["operator"]).mean().mean()),
+                     "sol_score_fallback": float(pd.Series(fallback, index=g.index).groupby(g["operator"]).mean().mean())})
     return pd.DataFrame(rows)
 
 
-def hidden_table(shapes: pd.DataFrame) -> pd.DataFrame:
+def hidden_table(shapes: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     """Generalisation to hidden shapes, over trials judged on both public and hidden shapes:
     how often a kernel correct on every public shape is correct on every hidden one, and the
     speedup it keeps there (geomean hidden / geomean public, over kernels correct on both)."""
@@ -275,64 +401,65 @@ def hidden_table(shapes: pd.DataFrame) -> pd.DataFrame:
     per = s.groupby(["trial_id", "role"]).agg(correct=("correct", "all"), log_speedup=("log_speedup", "mean")).unstack("role")
     per.columns = [f"{what}_{role}" for what, role in per.columns]
     per = per.dropna(subset=["correct_public", "correct_hidden"])
-    per = per.join(s.drop_duplicates("trial_id").set_index("trial_id")[GROUP])
+    per = per.join(df.set_index("trial_id")[GROUP])
     rows = []
-    for (timing, arm, model), g in per.groupby(GROUP, sort=True):
+    for key, g in _groups(per, GROUP):
         pub = g["correct_public"].astype(bool)
         both = g[pub & g["correct_hidden"].astype(bool)]
         kept = (both["log_speedup_hidden"] - both["log_speedup_public"]).dropna()
-        rows.append({"timing": timing, "arm": arm, "model": model, "trials": len(g), "public_correct": int(pub.sum()),
+        rows.append({**key, "trials": len(g), "public_correct": int(pub.sum()),
                      "hidden_given_public": float(len(both) / pub.sum()) if pub.sum() else np.nan,
                      "speedup_kept": float(np.exp(kept.mean())) if len(kept) else np.nan})
     return pd.DataFrame(rows)
 
 
-def cost_table(df: pd.DataFrame, rejected_as: float | str = 1.0) -> pd.DataFrame:
+def cost_table(df: pd.DataFrame) -> pd.DataFrame:
     """Mean spend per trial (tokens, dollars, agent steps, wall, tool and GPU seconds) and the
-    speedup bought per dollar: (geomean speedup - 1) / mean dollars per trial."""
-    arms = arm_table(df, rejected_as).set_index(GROUP)
+    fallback speedup bought per dollar: (fallback geomean - 1) / mean dollars per trial (NaN
+    when no cost was recorded)."""
+    arms = arm_table(df)
     rows = []
-    for key, g in df.groupby(GROUP, sort=True):
+    for (key, g), fallback in zip(_groups(df, GROUP), arms["fallback"]):
         cost = float(g["cost_usd"].mean())
-        gain = arms.loc[key, "geomean_speedup"] - 1
-        rows.append({**dict(zip(GROUP, key)), "trials": len(g), "tokens": float(g["tokens"].mean()), "cost_usd": cost,
+        rows.append({**key, "trials": len(g), "tokens": float(g["tokens"].mean()), "cost_usd": cost,
                      "turns": float(g["turns"].mean()), "wall_s": float(g["wall_s"].mean()),
                      "tool_s": float(g["tool_s"].mean()), "gpu_s": float(g["gpu_s"].mean()),
-                     "speedup_gain_per_usd": float(gain / cost) if cost > 0 else np.nan})
+                     "fallback_gain_per_usd": float((fallback - 1) / cost) if cost > 0 else np.nan})
     return pd.DataFrame(rows)
 
 
 def mechanism_table(df: pd.DataFrame, activity: pd.DataFrame) -> pd.DataFrame:
     """Mean use per trial of each mechanism, per arm: tool calls by tool (from the transcript),
-    events by kind (``agent.events``) and the numbers a record's ``mechanisms`` section carries.
-    Only what the records hold; an arm without a field has 0 calls of that tool, NaN otherwise."""
+    events by kind (``agent.events``) and the numbers of each mechanism's use in the record
+    (``agent.mechanisms``: counts, and the length of lists). Only what the records hold; an arm
+    without a field has 0 calls of that tool, NaN otherwise."""
     if activity.empty:
         return pd.DataFrame(columns=GROUP)
     a = activity.merge(df[["trial_id"] + GROUP], on="trial_id")
-    per_trial = a.pivot_table(index=["trial_id"] + GROUP, columns="what", values="count", aggfunc="sum")
+    per_trial = a.pivot_table(index="trial_id", columns="what", values="count", aggfunc="sum")
     tools = [c for c in per_trial.columns if c.startswith("tool:")]
-    per_trial[tools] = per_trial[tools].fillna(0)
     # every trial of the arm counts, also one that used nothing
-    full = df[["trial_id"] + GROUP].set_index(["trial_id"] + GROUP)
-    per_trial = full.join(per_trial, how="left")
+    per_trial = df[["trial_id"] + GROUP].set_index("trial_id").join(per_trial, how="left")
     per_trial[tools] = per_trial[tools].fillna(0)
-    out = per_trial.groupby(level=GROUP).mean().reset_index()
-    return out
+    return per_trial.groupby(GROUP, dropna=False).mean(numeric_only=True).reset_index()
 
 
-def best_so_far(progress: pd.DataFrame, df: pd.DataFrame, by: str = "turn", rejected_as: float | str = 1.0,
-                points: int = 50) -> pd.DataFrame:
-    """Per arm, the best accepted speedup found so far against ``by`` (turn, tokens or cost_usd)
-    spent: at each spend x, each trial scores the best accepted result it had by then (the agent's
-    evaluate-tool results on public shapes and the final judgement on eval shapes), else
-    ``rejected_as``; a trial that ended earlier keeps its result. Geomean over seeds, then operators."""
+def best_so_far(progress: pd.DataFrame, df: pd.DataFrame, by: str = "turn", points: int = 50) -> pd.DataFrame:
+    """Per arm, what was found by each spend x of ``by`` (turn, tokens or cost_usd): each trial's
+    best accepted result by then (the agent's evaluate-tool results on public shapes, judged
+    snapshots, the final judgement on eval shapes); a trial that ended earlier keeps its result.
+    ``fallback``: the scoring rule's fallback, max(best, 1), 1.0 before any accepted result, so
+    the curve never falls; ``speedup``: the geomean best over the trials with an accepted
+    result by then (NaN before any); ``with_kernel``: the share of trials with one."""
     if progress.empty:
-        return pd.DataFrame(columns=GROUP + [by, "speedup", "trials"])
-    fallback = np.nan if rejected_as == "exclude" else float(rejected_as)
+        return pd.DataFrame(columns=GROUP + [by, "fallback", "speedup", "with_kernel", "trials"])
     pr = progress[progress["trial_id"].isin(df["trial_id"])].dropna(subset=[by])
+    pr = pr.merge(df[["trial_id"] + GROUP], on="trial_id", suffixes=("_progress", ""))
+    # one grid per design, so that every arm's curve runs to the same spend
+    pr["top"] = pr.groupby(DESIGN, dropna=False)[by].transform("max")
     rows = []
-    for (timing, arm, model), g in pr.groupby(GROUP, sort=True):
-        top = g[by].max()
+    for key, g in _groups(pr, GROUP):
+        top = g["top"].max()
         grid = np.linspace(0, top, points) if top > 0 else np.array([0.0])
         ids, inverse = np.unique(g["trial_id"], return_inverse=True)
         values = np.where(g["accepted"] & (g["speedup"] > 0), g["speedup"], -np.inf)
@@ -341,11 +468,15 @@ def best_so_far(progress: pd.DataFrame, df: pd.DataFrame, by: str = "turn", reje
         best = np.full((len(ids), len(grid) + 1), -np.inf)
         np.maximum.at(best, (inverse, first), values)
         best = np.maximum.accumulate(best, axis=1)[:, :len(grid)]
-        best = np.where(np.isfinite(best), best, fallback)
-        ops = g.drop_duplicates("trial_id").set_index("trial_id").loc[ids, "operator"].to_numpy()
+        found = np.isfinite(best)
+        trial = g.drop_duplicates("trial_id").set_index("trial_id").loc[ids]
         for j, x in enumerate(grid):
-            e = stats.estimate(ops, np.log(best[:, j]))
-            rows.append({"timing": timing, "arm": arm, "model": model, by: float(x), "speedup": e.estimate, "trials": e.n})
+            column = pd.DataFrame({"operator": trial["operator"].to_numpy(), "seed": trial["seed"].to_numpy(),
+                                   "speedup": np.where(found[:, j], best[:, j], np.nan),
+                                   "fallback": np.where(found[:, j], np.fmax(best[:, j], 1.0), 1.0)})
+            rows.append({**key, by: float(x), "fallback": _estimate(_logs(column, "fallback")).estimate,
+                         "speedup": _estimate(_logs(column, "speedup")).estimate,
+                         "with_kernel": float(found[:, j].mean()), "trials": len(ids)})
     return pd.DataFrame(rows)
 
 
@@ -353,7 +484,7 @@ def footing_lines(progress: pd.DataFrame, df: pd.DataFrame, records: list[dict[s
                   path: Path | str = "runs/<study>") -> list[str]:
     """One line per (timing, model) whose best-so-far curves are not at equal footing: some arms
     have trusted points during their trials (evaluate results, judged snapshots) and other arms
-    none, so those score ``rejected_as`` until their end. Names the fix when snapshots wait to be judged."""
+    none, so those have only their final judgement. Names the fix when snapshots wait to be judged."""
     if progress.empty or df.empty:
         return []
     during = set(progress.loc[progress["source"] != "final", "trial_id"])
@@ -403,29 +534,40 @@ def flagged_lines(df: pd.DataFrame) -> list[str]:
     return lines
 
 
-def summary(path: Path | str, baseline: str | None = None, rejected_as: float | str = 1.0,
-            activity: bool = False) -> dict[str, Any]:
-    """Every table of a study directory. ``activity``: also read transcripts (mechanism use, best-so-far)."""
-    records, skipped = frames.load(path)
+def design_lines(df: pd.DataFrame) -> list[str]:
+    """A line when the study's trials mix scopes or shape sets: each has its own rows, never pooled."""
+    designs = df[["scope", "shapes"]].drop_duplicates().sort_values(["scope", "shapes"])
+    if len(designs) < 2:
+        return []
+    shown = ", ".join(f"{s} ({sh})" for s, sh in designs.itertuples(index=False))
+    return [f"this study mixes {len(designs)} designs: {shown}; each has its own rows, never pooled"]
+
+
+def summary(path: Path | str, baseline: str | None = None, activity: bool = False,
+            evaluation: str = "latest") -> dict[str, Any]:
+    """Every table of a study directory. ``baseline``: the arm ratios divide by (none, or an arm
+    the study lacks: no ratio tables); ``activity``: also read transcripts (mechanism use,
+    best-so-far); ``evaluation``: which of each trial's evaluations to read (frames.load)."""
+    records, skipped = frames.load(path, evaluation)
     df = frames.trial_frame(records)
     out: dict[str, Any] = {"trials": df, "skipped": skipped, "variants": frames.arm_variants(df), "refusals": [],
-                           "records": records}
+                           "records": records, "baseline": baseline, "evaluation": evaluation, "path": path}
     if df.empty:
         return out
     shapes = frames.shape_frame(records)
-    out.update(shapes=shapes, arms=arm_table(df, rejected_as), operators=operator_table(df, rejected_as),
-               paper=paper_table(df, rejected_as), fast_p=fast_p_table(df),
-               sol_score=sol_score_table(df, shapes, rejected_as), hidden=hidden_table(shapes),
-               cost=cost_table(df, rejected_as), rejections=rejection_table(df))
+    out.update(shapes=shapes, arms=arm_table(df), operators=operator_table(df), paper=paper_table(df),
+               fast_p=fast_p_table(df), sol_score=sol_score_table(df, shapes), hidden=hidden_table(shapes, df),
+               cost=cost_table(df), rejections=rejection_table(df), designs=design_lines(df))
     if baseline and baseline in set(df["arm"]):
-        paired = matched(df, baseline, rejected_as)
-        out["ratios"] = ratio_table(df, baseline, rejected_as, paired=paired)
-        out["planning"] = planning_table(df, baseline, rejected_as, paired=paired)
-        out["operator_ratios"] = operator_ratio_table(df, baseline, rejected_as, paired=paired)
+        paired = matched(df, baseline)
+        out["ratios"] = ratio_table(df, baseline, paired=paired)
+        out["planning"] = planning_table(df, baseline, paired=paired)
+        out["operator_ratios"] = operator_ratio_table(df, baseline, paired=paired)
         out["refusals"] = [r for *_, refused in paired for r in refused]
+        out["family"] = family_lines(out["ratios"])
     out["flagged"] = flagged_lines(df)
     if activity:
         progress, use = frames.activity(records)
         out.update(progress=progress, mechanisms=mechanism_table(df, use), footing=footing_lines(progress, df, records, path),
-                   **{f"best_by_{by}": best_so_far(progress, df, by, rejected_as) for by in ("turn", "tokens", "cost_usd")})
+                   **{f"best_by_{by}": best_so_far(progress, df, by) for by in ("turn", "tokens", "cost_usd")})
     return out

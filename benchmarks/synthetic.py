@@ -75,8 +75,12 @@ def write_trial(store: Path | str, arm: str, seed: int, speedup: float | None = 
                 operator: str = "rmsnorm", gpu: bool = True, end_reason: str | None = None, env: dict | None = None,
                 tokens: int = 1000, cost_usd: float = 0.5, turns: int = 7, events: list | None = None,
                 evaluate_calls: list[float] | None = None, shape_speedups: list[float] | None = None,
-                record_extra: dict | None = None, not_loaded: tuple[str, ...] = (), **spec_kw) -> Path:
-    """One trial record; ``evaluate_calls``: speedups the agent's evaluate tool returned, one per turn."""
+                record_extra: dict | None = None, not_loaded: tuple[str, ...] = (), mechanisms: dict | None = None,
+                **spec_kw) -> Path:
+    """One trial record; ``evaluate_calls``: speedups the agent's evaluate tool returned, one per turn;
+    ``mechanisms``: each mechanism's use as the harness records it (``agent.mechanisms``); ``scope``
+    and the other TrialSpec fields through ``spec_kw`` (a single_shape trial: ``scope="single_shape",
+    shapes="eval[M=...]"``, see ``single_shapes``)."""
     s = spec(arm, seed, operator, **spec_kw)
     st = Store(store)
     writer = st.begin(s.study, s.trial_id)
@@ -95,7 +99,7 @@ def write_trial(store: Path | str, arm: str, seed: int, speedup: float | None = 
     usage = Usage(input_tokens=tokens, cost_usd=cost_usd, calls=n_calls)
     agent = AgentResult(messages=messages, end_reason=end_reason or ("submitted" if outcome != "no_submission" else "model_stopped"),
                         turns=turns, usage=usage, wall_s=60.0, tool_s=30.0, gpu_s=20.0 if gpu else 0.0,
-                        submitted=outcome != "no_submission", events=list(events or []))
+                        submitted=outcome != "no_submission", events=list(events or []), mechanisms=dict(mechanisms or {}))
     (tmp / "evaluation.json").write_text(json.dumps(ev))
     with open(tmp / "transcript.jsonl", "w") as f:
         for m in messages:
@@ -111,6 +115,14 @@ def write_trial(store: Path | str, arm: str, seed: int, speedup: float | None = 
     if record_extra:
         rec = TrialRecord.from_dict({**rec.to_dict(), **record_extra})
     return writer.commit(rec)
+
+
+def single_shapes(operator: str, shape_set: str = "eval") -> list[str]:
+    """The shape-set names of a single_shape study's trials of ``operator`` (one per shape), as
+    ``ablations.scope_shapes`` names them."""
+    import operators as registry
+
+    return [f"{shape_set}[{registry.shape_id(sh)}]" for sh in registry.get(operator).shape_set(shape_set)]
 
 
 def write_study(store: Path | str, arms: dict[str, float], operators: list[str], seeds: int, sd: float = 0.1,
