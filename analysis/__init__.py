@@ -1,14 +1,17 @@
 """Reading records and computing the study's answer. Depends on the record schema only.
 
-    from analysis import tables
-    df = tables.trials("runs/default")                 # a row per trial (frames.trial_frame)
-    tables.ratio_table(df, baseline="goal_only")       # matched ratios, intervals, Wilcoxon, win/tie/loss
-    s = tables.summary("runs/default", "goal_only", activity=True)   # every table
-    report.write("runs/default", "out/")               # CSV, Markdown, PNG plots, offline HTML
+    from analysis import tables, report
+    df = tables.trials("runs/smoke")                    # a row per trial (frames.trial_frame)
+    tables.ratio_table(df, baseline="goal_only")        # matched ratios: both scores, both intervals, Holm, wins
+    s = tables.summary("runs/smoke", "goal_only", activity=True, evaluation="latest")   # every table
+    print(report.render(s))                             # what `python -m analysis runs/smoke` prints
+    report.write("runs/smoke", "out/")                  # CSV, Markdown, PNG plots, offline HTML
 
-frames: records -> tidy frames (the one place that reads the store); stats: the estimator, its
-interval, tests and power; tables: the counting rules and every table; plots; report.
+frames: records -> tidy frames (the one place that reads the store); scoring: the scoring rule
+(produced, fallback) and the grouping; stats: the estimator, its two intervals, Holm, power;
+tables: every table of arms and matched ratios; measures: the paper's other measures; views:
+the tables for reading; report: the words around them and the files; pages: the HTML; plots.
 """
-from analysis import frames, report, stats, tables
+from analysis import frames, report, scoring, stats, tables
 
-__all__ = ["frames", "report", "stats", "tables"]
+__all__ = ["frames", "report", "scoring", "stats", "tables"]

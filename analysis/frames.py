@@ -5,7 +5,7 @@
     shapes = shape_frame(records)       # a row per (trial, shape), with the shape's role
     progress, use = activity(records)   # evaluations during each trial; mechanism use
 
-Every trial gets an ``outcome`` (its score follows from it: ``tables.score``):
+Every trial gets an ``outcome`` (its score follows from it: ``scoring.score``):
 ``accepted``; ``rejected`` (the evaluator judged the kernel and rejected it); ``crashed`` (the
 kernel crashed, hung or ran out of memory, or the trial has no evaluation at all);
 ``no_submission`` (no kernel.py at the end). ``budget_exhausted`` says, beside the outcome,

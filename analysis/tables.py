@@ -1,19 +1,8 @@
 """Trial frames -> the study's tables: per arm, per operator, matched ratios, planning, and the
-paper's comparisons (fast_p, SOL score, hidden shapes, cost, mechanism use, best-so-far).
-
-The scoring rule, one for every trial (``score``), and both of its figures are in every table:
-  produced  the speedup against the best library of the kernel the arm produced (the evaluator's
-            geometric mean over the trial's shapes), for an accepted trial. A trial without an
-            accepted kernel (rejected, crashed, no submission, whatever ended it) has none: it
-            counts in the correctness rate shown beside every produced figure, and as a loss to
-            a trial with an accepted kernel in every win/tie/loss count. Columns ``speedup``
-            (an arm), ``ratio`` (a comparison).
-  fallback  max(produced, 1) for every trial, 1.0 for one without an accepted kernel: what a user
-            gets who keeps the best library whenever the kernel is wrong or slower. Columns
-            ``fallback``, ``fallback_ratio``.
-An arm without a correct kernel has no produced figure, and a fallback of 1.0 on every trial: it
-never scores above an arm with correct kernels, at most level with one. "Beats the best
-library on k of n operators" reads from produced figures.
+paper's comparisons (fast_p, SOL score, hidden shapes, cost, mechanism use, best-so-far), and
+``summary``, every table of a study at once. The scoring rule (produced and fallback, one rule for
+every trial) is in ``scoring``, the paper's other measures in ``measures``; both are re-exported
+here.
 
 Designs are never pooled: every table has a row per (timing, scope, shape set, arm, model), and
 pairs form only within one (``DESIGN``). ``timing`` is cuda or cpu-interpreted (figures of the two
@@ -39,73 +28,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate import snapshots
 from analysis import frames, stats
+from analysis.measures import (best_so_far, cost_table, fast_p_table, flagged_lines, footing_lines, hidden_table,  # noqa: F401
+                               mechanism_table, rejection_table, sol_score_table)
+from analysis.scoring import (DESIGN, GROUP, INTERVALS, TIE_BAND, columns, counts, estimate, groups, logs,  # noqa: F401
+                              per_seed, score, win_tie_loss)
 
-OUTCOMES = ("accepted", "rejected", "crashed", "no_submission")
-DESIGN = ["timing", "scope", "shapes", "model"]  # a comparison never crosses these
-GROUP = ["timing", "scope", "shapes", "arm", "model"]  # an arm's rows
 PAIR_ON = ["study", "model", "operator", "seed", "timing", "scope", "shapes", "shape"]
-UNIT = ["operator", "seed"]  # one value of the estimator: a seed of an operator (its shapes averaged)
-TIE_BAND = 0.05  # a pair within +-5% of 1.0x is a tie
-INTERVALS = ("these", "like")  # these operators; operators like these (stats.Estimate)
 NO_PAIRS, BOTH = "no pairs", "no pair where both were accepted"  # why a ratio has no estimate
-
-SCORING = ("one rule for every trial: produced = the speedup vs the best library of the accepted kernel "
-           "(a trial without one has none and counts in the correctness rate, and as a loss in wins/ties/losses); "
-           "fallback = max(produced, 1), 1.0x without an accepted kernel (the user keeps the library)")
-INTERVAL_NAMES = ("95% intervals: 'these operators' (the operators studied; seeds random) and 'operators like "
-                  "these' (operators a random effect: t on per-operator means, K-1 df); p: the t test of each, "
-                  "Holm-adjusted across the arms of a design")
 
 
 def trials(path: Path | str, evaluation: str = "latest") -> pd.DataFrame:
     """One row per readable trial record under ``path`` (see ``frames.load``)."""
     return frames.trial_frame(frames.load(path, evaluation)[0])
-
-
-def score(df: pd.DataFrame) -> pd.DataFrame:
-    """The scoring rule (module docstring): ``speedup`` of an accepted trial (NaN otherwise) and
-    ``fallback`` = max(speedup, 1), 1.0 without an accepted kernel."""
-    out = df.copy()
-    accepted = (out["outcome"] == "accepted") & (out["speedup"] > 0)
-    out["speedup"] = out["speedup"].where(accepted)
-    out["fallback"] = np.fmax(out["speedup"].to_numpy(dtype=float), 1.0)
-    return out
-
-
-def _per_seed(g: pd.DataFrame, logs) -> pd.Series:
-    """Mean of log values per (operator, seed): a seed's shapes averaged; NaN without any."""
-    return pd.Series(np.asarray(logs, dtype=float), index=g.index).groupby([g["operator"], g["seed"]]).mean()
-
-
-def _logs(g: pd.DataFrame, column: str) -> pd.Series:
-    return _per_seed(g, np.log(g[column].to_numpy(dtype=float)))
-
-
-def _estimate(units: pd.Series, empty: str = "no accepted kernel") -> stats.Estimate:
-    return stats.estimate(units.index.get_level_values("operator"), units.to_numpy(dtype=float), empty=empty)
-
-
-def _columns(prefix: str, e: stats.Estimate) -> dict[str, Any]:
-    out: dict[str, Any] = {prefix: e.estimate}
-    for name in INTERVALS:
-        iv = getattr(e, name)
-        out.update({f"{prefix}_{name}_low": iv.low, f"{prefix}_{name}_high": iv.high, f"{prefix}_{name}_p": iv.p,
-                    f"{prefix}_{name}_why": iv.why})
-    return out
-
-
-def _counts(g: pd.DataFrame) -> dict[str, Any]:
-    c: dict[str, Any] = {o: int((g["outcome"] == o).sum()) for o in OUTCOMES}
-    c["budget_out"] = int(g["budget_exhausted"].sum())
-    c["correct_rate"] = c["accepted"] / len(g) if len(g) else np.nan
-    return c
-
-
-def _groups(df: pd.DataFrame, by: list[str]):
-    for key, g in df.groupby(by, sort=True, dropna=False):
-        yield dict(zip(by, key)), g
 
 
 def arm_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -114,11 +49,11 @@ def arm_table(df: pd.DataFrame) -> pd.DataFrame:
     the arm produced at least one accepted kernel (the produced figure is over those)."""
     df = score(df)
     rows = []
-    for key, g in _groups(df, GROUP):
-        rows.append({**key, "trials": len(g), **_counts(g), "operators": g["operator"].nunique(),
+    for key, g in groups(df, GROUP):
+        rows.append({**key, "trials": len(g), **counts(g), "operators": g["operator"].nunique(),
                      "operators_with_kernel": g.loc[g["speedup"].notna(), "operator"].nunique(),
-                     **_columns("speedup", _estimate(_logs(g, "speedup"))),
-                     **_columns("fallback", _estimate(_logs(g, "fallback"))),
+                     **columns("speedup", estimate(logs(g, "speedup"))),
+                     **columns("fallback", estimate(logs(g, "fallback"))),
                      "sol": frames._geomean(g["sol"]), "tokens": float(g["tokens"].mean()),
                      "cost_usd": float(g["cost_usd"].mean()), "turns": float(g["turns"].mean())})
     return pd.DataFrame(rows)
@@ -130,8 +65,8 @@ def operator_table(df: pd.DataFrame) -> pd.DataFrame:
     beat the best library (geomean over accepted seeds above 1.0x)."""
     df = score(df)
     rows = []
-    for key, g in _groups(df, GROUP + ["operator"]):
-        produced, fallback = _estimate(_logs(g, "speedup")), _estimate(_logs(g, "fallback"))
+    for key, g in groups(df, GROUP + ["operator"]):
+        produced, fallback = estimate(logs(g, "speedup")), estimate(logs(g, "fallback"))
         rows.append({**key, "trials": len(g), "accepted": int((g["outcome"] == "accepted").sum()),
                      "correct_rate": float((g["outcome"] == "accepted").mean()),
                      "speedup": produced.estimate, "speedup_these_low": produced.these.low,
@@ -147,7 +82,7 @@ def paper_table(df: pd.DataFrame) -> pd.DataFrame:
     the fraction of speed-of-light, the correctness rate, "beats the best library on k of n
     operators" (from produced kernels), and the fallback geomean beside them."""
     rows = []  # both tables have a row per GROUP, in the same order
-    for a, (_, g) in zip(arm_table(df).to_dict("records"), _groups(operator_table(df), GROUP)):
+    for a, (_, g) in zip(arm_table(df).to_dict("records"), groups(operator_table(df), GROUP)):
         rows.append({**{c: a[c] for c in GROUP}, "speedup": a["speedup"], "speedup_these_low": a["speedup_these_low"],
                      "speedup_these_high": a["speedup_these_high"], "speedup_these_why": a["speedup_these_why"],
                      "sol": a["sol"], "correct_rate": a["correct_rate"],
@@ -233,7 +168,7 @@ def matched(df: pd.DataFrame, baseline: str) -> list[tuple]:
     """(design, arm, trials of that design, pairs, refused) for every arm of every design against
     ``baseline``: computed once, shared by the ratio tables."""
     out = []
-    for design, sub in _groups(df, DESIGN):
+    for design, sub in groups(df, DESIGN):
         # every arm of this model gets a row in each design, so that trials of either side left
         # without a partner (an arm run at one scope or on one kind of machine only) are named
         same = df["model"].fillna("") == (design["model"] or "")
@@ -247,17 +182,6 @@ def _names(trials: pd.DataFrame, most: int = 6) -> str:
     seeds = trials.groupby("operator")["seed"].apply(lambda s: ", ".join(f"s{x}" for x in sorted(set(s))))
     parts = [f"{op} {s}" for op, s in seeds.items()]
     return "; ".join(parts[:most]) + (f"; and {len(parts) - most} more operators" if len(parts) > most else "")
-
-
-def win_tie_loss(p: pd.DataFrame, band: float = TIE_BAND) -> tuple[int, int, int]:
-    """Pairs the arm wins, ties, loses by the scoring rule: both accepted, by the produced ratio
-    with a tie band of +-``band``; only one accepted, that side wins; neither, a tie."""
-    a, b = p["speedup"].notna(), p["speedup_base"].notna()
-    edge = np.log1p(band)
-    wins = int(((a & b & (p["log_ratio"] > edge)) | (a & ~b)).sum())
-    losses = int(((a & b & (p["log_ratio"] < -edge)) | (~a & b)).sum())
-    return wins, len(p) - wins - losses, losses
-
 
 def ratio_table(df: pd.DataFrame, baseline: str, band: float = TIE_BAND, paired: list | None = None) -> pd.DataFrame:
     """For every arm of every design against ``baseline``: the pairs; each side's correctness
@@ -278,8 +202,8 @@ def ratio_table(df: pd.DataFrame, baseline: str, band: float = TIE_BAND, paired:
                      "baseline_correct": float(p["speedup_base"].notna().mean()) if not p.empty else np.nan,
                      "operators": p["operator"].nunique() if not p.empty else 0,
                      "seeds": p["seed"].nunique() if not p.empty else 0,
-                     **_columns("ratio", _estimate(_per_seed(p, p["log_ratio"]), BOTH) if not p.empty else stats.estimate([], [], empty=NO_PAIRS)),
-                     **_columns("fallback_ratio", _estimate(_per_seed(p, p["log_fallback"])) if not p.empty else stats.estimate([], [], empty=NO_PAIRS)),
+                     **columns("ratio", estimate(per_seed(p, p["log_ratio"]), BOTH) if not p.empty else stats.estimate([], [], empty=NO_PAIRS)),
+                     **columns("fallback_ratio", estimate(per_seed(p, p["log_fallback"])) if not p.empty else stats.estimate([], [], empty=NO_PAIRS)),
                      "wins": w, "ties": t, "losses": lo, "unpaired_arm": len(lone_arm), "unpaired_baseline": len(lone_base),
                      "unpaired": unpaired, "refused": len({r["trial_id"] for r in refused})})
     out = pd.DataFrame(rows)
@@ -300,7 +224,7 @@ def family_lines(ratios: pd.DataFrame, alpha: float = 0.05) -> list[str]:
     lines = []
     if ratios is None or ratios.empty:
         return lines
-    for design, g in _groups(ratios[ratios["pairs"] > 0], DESIGN):
+    for design, g in groups(ratios[ratios["pairs"] > 0], DESIGN):
         if len(g) < 2:
             continue
         parts = []
@@ -320,7 +244,7 @@ def operator_ratio_table(df: pd.DataFrame, baseline: str, band: float = TIE_BAND
     rows = []
     for design, arm, sub, p, _ in paired if paired is not None else matched(df, baseline):
         for op, g in p.groupby("operator", sort=True) if not p.empty else []:
-            produced, fallback = _estimate(_per_seed(g, g["log_ratio"]), BOTH), _estimate(_per_seed(g, g["log_fallback"]))
+            produced, fallback = estimate(per_seed(g, g["log_ratio"]), BOTH), estimate(per_seed(g, g["log_fallback"]))
             w, t, lo = win_tie_loss(g, band)
             rows.append({**design, "comparison": f"{arm} / {baseline}", "operator": op, "pairs": len(g),
                          "both_accepted": int(g["log_ratio"].notna().sum()), "ratio": produced.estimate,
@@ -343,10 +267,10 @@ def planning_table(df: pd.DataFrame, baseline: str, effect: float = 1.05, alpha:
         if p.empty:
             continue
         for prefix, score_name in (("fallback", "fallback"), ("ratio", "produced")):
-            units = _per_seed(p, p["log_fallback" if prefix == "fallback" else "log_ratio"]).dropna()
+            units = per_seed(p, p["log_fallback" if prefix == "fallback" else "log_ratio"]).dropna()
             if units.empty:
                 continue
-            e = _estimate(units)
+            e = estimate(units)
             seeds = int(units.groupby(level="operator").size().median())
             why = ("one operator: the spread between operators is unknown" if e.operators < 2 else
                    "one seed per operator: the spread within an operator is unknown" if not np.isfinite(e.sd) else "")
@@ -360,179 +284,6 @@ def planning_table(df: pd.DataFrame, baseline: str, effect: float = 1.05, alpha:
                          "mde_ratio": stats.mde(e.sd, e.tau, e.operators, seeds, alpha, power) if not why or need_ops else np.nan,
                          f"seeds_for_{effect:g}x": need_seeds, f"operators_for_{effect:g}x": need_ops, "why": why})
     return pd.DataFrame(rows)
-
-
-def fast_p_table(df: pd.DataFrame, thresholds=stats.FAST_P) -> pd.DataFrame:
-    """KernelBench's fast_p: the fraction of trials whose kernel is correct (accepted) and faster
-    than p x the baseline, here the best library (KernelBench uses PyTorch eager). fast_0 is the
-    correctness rate. Every trial is in the denominator."""
-    rows = []
-    for key, g in _groups(df, GROUP):
-        ok = g["outcome"] == "accepted"
-        rows.append({**key, "trials": len(g), **{f"fast_{p:g}": float((ok & (g["speedup"] > p)).mean()) for p in thresholds}})
-    return pd.DataFrame(rows)
-
-
-def sol_score_table(df: pd.DataFrame, shapes: pd.DataFrame) -> pd.DataFrame:
-    """SOL-ExecBench's score S (0.5 at the best library's time, 1 at speed-of-light): the mean
-    over a trial's shapes, then over its operator's trials, then over operators. By the scoring
-    rule: ``sol_score`` over accepted trials only (produced), ``sol_score_fallback`` over every
-    trial, each at least 0.5 (the library's), a trial without an accepted kernel 0.5."""
-    ok = shapes[(shapes["verdict"] == "accepted") & (shapes["speedup"] > 0) & (shapes["sol"] > 0)].copy()
-    ok["S"] = stats.sol_score(ok["speedup"], ok["sol"] / ok["speedup"])
-    per_trial = ok.groupby("trial_id")["S"].mean()
-    rows = []
-    for key, g in _groups(df, GROUP):
-        s = g["trial_id"].map(per_trial).where(g["outcome"] == "accepted")
-        fallback = np.fmax(s.to_numpy(dtype=float), 0.5)
-        rows.append({**key, "trials": len(g), "sol_score": float(s.groupby(g["operator"]).mean().mean()),
-                     "sol_score_fallback": float(pd.Series(fallback, index=g.index).groupby(g["operator"]).mean().mean())})
-    return pd.DataFrame(rows)
-
-
-def hidden_table(shapes: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
-    """Generalisation to hidden shapes, over trials judged on both public and hidden shapes:
-    how often a kernel correct on every public shape is correct on every hidden one, and the
-    speedup it keeps there (geomean hidden / geomean public, over kernels correct on both)."""
-    s = shapes[shapes["role"].isin(["public", "hidden"])]
-    if set(s["role"]) != {"public", "hidden"}:
-        return pd.DataFrame(columns=GROUP + ["trials", "public_correct", "hidden_given_public", "speedup_kept"])
-    s = s.assign(log_speedup=np.log(s["speedup"].where(s["speedup"] > 0)))
-    per = s.groupby(["trial_id", "role"]).agg(correct=("correct", "all"), log_speedup=("log_speedup", "mean")).unstack("role")
-    per.columns = [f"{what}_{role}" for what, role in per.columns]
-    per = per.dropna(subset=["correct_public", "correct_hidden"])
-    per = per.join(df.set_index("trial_id")[GROUP])
-    rows = []
-    for key, g in _groups(per, GROUP):
-        pub = g["correct_public"].astype(bool)
-        both = g[pub & g["correct_hidden"].astype(bool)]
-        kept = (both["log_speedup_hidden"] - both["log_speedup_public"]).dropna()
-        rows.append({**key, "trials": len(g), "public_correct": int(pub.sum()),
-                     "hidden_given_public": float(len(both) / pub.sum()) if pub.sum() else np.nan,
-                     "speedup_kept": float(np.exp(kept.mean())) if len(kept) else np.nan})
-    return pd.DataFrame(rows)
-
-
-def cost_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Mean spend per trial (tokens, dollars, agent steps, wall, tool and GPU seconds) and the
-    fallback speedup bought per dollar: (fallback geomean - 1) / mean dollars per trial (NaN
-    when no cost was recorded)."""
-    arms = arm_table(df)
-    rows = []
-    for (key, g), fallback in zip(_groups(df, GROUP), arms["fallback"]):
-        cost = float(g["cost_usd"].mean())
-        rows.append({**key, "trials": len(g), "tokens": float(g["tokens"].mean()), "cost_usd": cost,
-                     "turns": float(g["turns"].mean()), "wall_s": float(g["wall_s"].mean()),
-                     "tool_s": float(g["tool_s"].mean()), "gpu_s": float(g["gpu_s"].mean()),
-                     "fallback_gain_per_usd": float((fallback - 1) / cost) if cost > 0 else np.nan})
-    return pd.DataFrame(rows)
-
-
-def mechanism_table(df: pd.DataFrame, activity: pd.DataFrame) -> pd.DataFrame:
-    """Mean use per trial of each mechanism, per arm: tool calls by tool (from the transcript),
-    events by kind (``agent.events``) and the numbers of each mechanism's use in the record
-    (``agent.mechanisms``: counts, and the length of lists). Only what the records hold; an arm
-    without a field has 0 calls of that tool, NaN otherwise."""
-    if activity.empty:
-        return pd.DataFrame(columns=GROUP)
-    a = activity.merge(df[["trial_id"] + GROUP], on="trial_id")
-    per_trial = a.pivot_table(index="trial_id", columns="what", values="count", aggfunc="sum")
-    tools = [c for c in per_trial.columns if c.startswith("tool:")]
-    # every trial of the arm counts, also one that used nothing
-    per_trial = df[["trial_id"] + GROUP].set_index("trial_id").join(per_trial, how="left")
-    per_trial[tools] = per_trial[tools].fillna(0)
-    return per_trial.groupby(GROUP, dropna=False).mean(numeric_only=True).reset_index()
-
-
-def best_so_far(progress: pd.DataFrame, df: pd.DataFrame, by: str = "turn", points: int = 50) -> pd.DataFrame:
-    """Per arm, what was found by each spend x of ``by`` (turn, tokens or cost_usd): each trial's
-    best accepted result by then (the agent's evaluate-tool results on public shapes, judged
-    snapshots, the final judgement on eval shapes); a trial that ended earlier keeps its result.
-    ``fallback``: the scoring rule's fallback, max(best, 1), 1.0 before any accepted result, so
-    the curve never falls; ``speedup``: the geomean best over the trials with an accepted
-    result by then (NaN before any); ``with_kernel``: the share of trials with one."""
-    if progress.empty:
-        return pd.DataFrame(columns=GROUP + [by, "fallback", "speedup", "with_kernel", "trials"])
-    pr = progress[progress["trial_id"].isin(df["trial_id"])].dropna(subset=[by])
-    pr = pr.merge(df[["trial_id"] + GROUP], on="trial_id", suffixes=("_progress", ""))
-    # one grid per design, so that every arm's curve runs to the same spend
-    pr["top"] = pr.groupby(DESIGN, dropna=False)[by].transform("max")
-    rows = []
-    for key, g in _groups(pr, GROUP):
-        top = g["top"].max()
-        grid = np.linspace(0, top, points) if top > 0 else np.array([0.0])
-        ids, inverse = np.unique(g["trial_id"], return_inverse=True)
-        values = np.where(g["accepted"] & (g["speedup"] > 0), g["speedup"], -np.inf)
-        # each result counts from the first grid point at or past its spend, and on from there
-        first = np.searchsorted(grid, g[by].to_numpy(dtype=float), side="left")
-        best = np.full((len(ids), len(grid) + 1), -np.inf)
-        np.maximum.at(best, (inverse, first), values)
-        best = np.maximum.accumulate(best, axis=1)[:, :len(grid)]
-        found = np.isfinite(best)
-        trial = g.drop_duplicates("trial_id").set_index("trial_id").loc[ids]
-        for j, x in enumerate(grid):
-            column = pd.DataFrame({"operator": trial["operator"].to_numpy(), "seed": trial["seed"].to_numpy(),
-                                   "speedup": np.where(found[:, j], best[:, j], np.nan),
-                                   "fallback": np.where(found[:, j], np.fmax(best[:, j], 1.0), 1.0)})
-            rows.append({**key, by: float(x), "fallback": _estimate(_logs(column, "fallback")).estimate,
-                         "speedup": _estimate(_logs(column, "speedup")).estimate,
-                         "with_kernel": float(found[:, j].mean()), "trials": len(ids)})
-    return pd.DataFrame(rows)
-
-
-def footing_lines(progress: pd.DataFrame, df: pd.DataFrame, records: list[dict[str, Any]],
-                  path: Path | str = "runs/<study>") -> list[str]:
-    """One line per (timing, model) whose best-so-far curves are not at equal footing: some arms
-    have trusted points during their trials (evaluate results, judged snapshots) and other arms
-    none, so those have only their final judgement. Names the fix when snapshots wait to be judged."""
-    if progress.empty or df.empty:
-        return []
-    during = set(progress.loc[progress["source"] != "final", "trial_id"])
-    unjudged = {r["trial_id"] for r in records if snapshots.taken(r.get("snapshots"))} - during
-    lines = []
-    for (timing, model), g in df.groupby(["timing", "model"], sort=True, dropna=False):
-        has = g.groupby("arm")["trial_id"].agg(lambda ids: bool(during & set(ids)))
-        if has.all() or not has.any():
-            continue
-        without = sorted(has[~has].index)
-        waiting = int(g[g["arm"].isin(without)]["trial_id"].isin(unjudged).sum())
-        lines.append(f"best-so-far ({timing}, {model}): not at equal footing: {', '.join(sorted(has[has].index))} "
-                     f"with trusted points during the trial, {', '.join(without)} with only the final judgement"
-                     + (f"; {waiting} trial(s) of those have snapshots to judge: python -m ablate.rescore {path} --snapshots"
-                        if waiting else ""))
-    return lines
-
-
-def rejection_table(df: pd.DataFrame) -> pd.DataFrame:
-    """How many trials each evaluator check rejected, per arm, so a reader sees the checks at
-    work. A trial rejected for several reasons counts under each; one never judged (no
-    evaluation in its record) counts as "not_evaluated"."""
-    rows = []
-    for arm, verdict, reasons in zip(df["arm"], df["verdict"], df["reasons"]):
-        if verdict == "accepted":
-            continue
-        for reason in (reasons.split(",") if verdict and reasons else ["not_evaluated"]):
-            rows.append((arm, reason))
-    if not rows:
-        return pd.DataFrame(columns=["arm", "reason", "trials"])
-    counts = pd.DataFrame(rows, columns=["arm", "reason"]).value_counts().rename("trials").reset_index()
-    return counts.sort_values(["arm", "trials", "reason"], ascending=[True, False, True], ignore_index=True)
-
-
-def flagged_lines(df: pd.DataFrame) -> list[str]:
-    """One line per flag that accepted trials carry, with how many and which: their numbers count in
-    every table, and these are the ones a reader should look at first."""
-    accepted = df[(df["outcome"] == "accepted") & (df["flags"].fillna("") != "")]
-    by_flag: dict[str, list[str]] = {}
-    for _, r in accepted.iterrows():
-        for f in str(r["flags"]).split(","):
-            by_flag.setdefault(f, []).append(str(r["trial_id"]))
-    lines = []
-    for f, ids in sorted(by_flag.items()):
-        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-        lines.append(f"flag {f}: {len(ids)} accepted trial(s) to look at before trusting their numbers ({shown})")
-    return lines
-
 
 def design_lines(df: pd.DataFrame) -> list[str]:
     """A line when the study's trials mix scopes or shape sets: each has its own rows, never pooled."""

@@ -11,7 +11,7 @@ import pytest
 
 import json
 
-from analysis import plots, report, tables
+from analysis import plots, report, tables, views
 from analysis.__main__ import main
 from benchmarks.synthetic import write_study, write_trial
 
@@ -206,8 +206,8 @@ def test_numbers_are_written_for_reading(tmp_path):
         _readable(shown)
         assert "0.00x" not in shown and "0.0000889x" in shown and "342,362" in shown
     assert "0.0000889x" in index.read_text()  # a trial's speedup in the trials table
-    assert report.fmt(float("nan")) == "—" and report.fmt_x(0.002) == "0.002x" and report.fmt(341_900.0) == "341,900"
-    assert report.fmt(8.898e-05) == "0.000089" and report.fmt_x(1.0) == "1.0x" and report.fmt_p(0.00004) == "<0.001"
+    assert views.fmt(float("nan")) == "—" and views.fmt_x(0.002) == "0.002x" and views.fmt(341_900.0) == "341,900"
+    assert views.fmt(8.898e-05) == "0.000089" and views.fmt_x(1.0) == "1.0x" and views.fmt_p(0.00004) == "<0.001"
 
 
 def test_figures_from_a_rescoring_are_marked_and_the_original_can_be_asked_for(tmp_path, capsys):
@@ -262,7 +262,7 @@ def test_holm_across_arms_the_familywise_statement_and_the_forest_marks(tmp_path
     assert r.loc["kda05", "ratio_these_p_holm"] < 0.05 < r.loc["goal_only+knowledge", "ratio_these_p_holm"]
     [line] = s["family"]
     assert line.startswith("3 arms against goal_only") and "produced, these operators: kda05" in line
-    assert "Holm" in report.render(s) and f"(Holm {report.fmt_p(r.loc['kda05', 'ratio_these_p_holm'])})" in report.render(s)
+    assert "Holm" in report.render(s) and f"(Holm {views.fmt_p(r.loc['kda05', 'ratio_these_p_holm'])})" in report.render(s)
     drawn = {}
     monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
     plots.forest(s["ratios"], tmp_path / "f.png")
