@@ -63,6 +63,8 @@ class SSEParser:
 
 
 class Forward:
+    forwards = True  # its calls reach a provider (the record counts them as API requests)
+
     def __init__(self, cfg: Mapping[str, Any]):
         import httpx
 

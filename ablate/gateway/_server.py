@@ -341,7 +341,8 @@ class Gateway:
     def _record(self, fmt, path, sent, outcome: Outcome, text, calls, stop, seconds, overridden) -> None:
         system, messages, tools = _wire.request_view(fmt, sent)
         call = {"request": {"wire": fmt, "path": path, "system": system, "messages": [m.to_dict() for m in messages],
-                            "tools": tools, "body": sent, "overridden": overridden},
+                            "tools": tools, "body": sent, "overridden": overridden,
+                            "forwarded": bool(getattr(self.policy, "forwards", False))},
                 "response": {"wire": fmt, "status": outcome.status, "text": text,
                              "tool_calls": [c.__dict__ for c in calls], "stop_reason": stop,
                              "usage": (outcome.usage or Usage()).to_dict(), "body": outcome.body,

@@ -72,6 +72,9 @@ def _record(model: Any, call: dict[str, Any]) -> None:
     its ``recorded`` hook, which the trial streams to model_calls.jsonl)."""
     model.calls.append(call)
     model.usage = model.usage + Usage.from_dict(call["response"]["usage"])
+    provider = getattr(model, "model", None)
+    if call["request"].get("forwarded") and isinstance(getattr(provider, "attempts", None), int):
+        provider.attempts += 1  # the record's count of API requests: each forwarded call is one
     if hasattr(model, "recorded"):
         model.recorded(call)
 

@@ -218,3 +218,92 @@ def test_forwarding_needs_the_key_in_the_runners_environment(monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(AblateError, match="needs ANTHROPIC_API_KEY in the environment"):
         policy_for({"provider": "anthropic", "id": "claude-fable-5-1", "name": "fable"})
+
+
+# -- the real CLIs through the gateway to the stand-in API: a real-key run, but for the key ----------
+def _clis():
+    import os
+
+    from harnesses import agents
+
+    missing = [n for n in agents.PINNED if agents.installed(n) is None]
+    if missing:
+        why = f"{', '.join(missing)} not installed; `python -m harnesses.agents install` installs them"
+        if os.environ.get("ABLATE_REQUIRE_AGENTS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def _kernel() -> str:
+    from ablate.models import _scripted
+
+    source, configs = _scripted.template("rmsnorm")
+    return _scripted.render(source, configs[0])
+
+
+def _trial(tmp_path, agent, model):
+    from ablate.store import Store
+    from ablate.trial import TrialSpec, run_trial
+
+    spec = TrialSpec(study="forward", arm=agent, operator="rmsnorm", shapes={"public": "smoke", "eval": "smoke"}, seed=0,
+                     harness={"name": agent, "mechanisms": {}, "agent": {"name": agent}}, model=model, budget={"turns": 10})
+    trial = run_trial(spec, Store(tmp_path / "store"))
+    return json.loads((trial / "record.json").read_text()), [json.loads(x) for x in (trial / "model_calls.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_claude_code_through_the_gateway_to_a_stand_in_anthropic_api(server, monkeypatch, tmp_path):
+    from ablate.gateway import _wire
+
+    _clis()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    write = {**MESSAGE, "content": [{"type": "tool_use", "id": "toolu_w", "name": "Write",
+                                     "input": {"file_path": "/workspace/kernel.py", "content": _kernel()}}]}
+    done = {**MESSAGE, "content": [{"type": "text", "text": "kernel.py is written."}], "stop_reason": "end_turn"}
+    for body in (write, done):
+        server.reply(200, _wire.events_of("anthropic", body), sse=True)
+    model = {"provider": "anthropic", "name": "stand-in", "id": "claude-fable-5-1", "max_tokens": 4096,
+             "price_per_mtok": PRICE, "base_url": server.url, "api_key_env": "ANTHROPIC_API_KEY", "timeout_s": 60}
+    rec, made = _trial(tmp_path, "claude_code", model)
+    assert rec["end_reason"] == "submitted" and rec["evaluation"]["verdict"] == "accepted"
+    posts = server.posts()
+    assert len(posts) == len(made) == 2 and all(p["headers"]["x-api-key"] == KEY for p in posts)
+    assert all(p["json"]["model"] == "claude-fable-5-1" and p["json"]["max_tokens"] == 4096 for p in posts)
+    assert all(not {"WebSearch", "WebFetch"} & {t.get("name") for t in p["json"]["tools"]} for p in posts)
+    results = [b for m in posts[1]["json"]["messages"] if isinstance(m["content"], list) for b in m["content"]
+               if b.get("type") == "tool_result"]
+    assert [b["tool_use_id"] for b in results] == ["toolu_w"] and not results[0].get("is_error")  # its Write ran
+    per_call = (1000 * 10 + 200 * 50 + 4000 * 0.25 + 300 * 12.5) / 1e6
+    assert rec["usage"]["cost_usd"] == pytest.approx(2 * per_call) and rec["usage"]["total_tokens"] == 2 * 5500
+    assert rec["model"]["attempts"] == 2 and made[0]["response"]["tool_calls"][0]["name"] == "Write"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_codex_through_the_gateway_to_a_stand_in_responses_api(server, monkeypatch, tmp_path):
+    from ablate.gateway import _wire
+
+    _clis()
+    monkeypatch.setenv("OPENAI_KEY_FOR_TEST", "sk-openai-held-outside")
+    usage = {"input_tokens": 900, "input_tokens_details": {"cached_tokens": 100}, "output_tokens": 30,
+             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 930}
+    command = "cat > kernel.py <<'EOF'\n" + _kernel() + "\nEOF"
+    call = {"id": "resp_1", "object": "response", "status": "completed", "model": "qwen-coder", "usage": usage,
+            "output": [{"type": "function_call", "id": "fc_1", "call_id": "call_w", "name": "exec_command",
+                        "arguments": json.dumps({"cmd": command}), "status": "completed"}]}
+    done = {**call, "id": "resp_2", "output": [{"type": "message", "id": "m_1", "role": "assistant", "status": "completed",
+                                                 "content": [{"type": "output_text", "text": "Done.", "annotations": []}]}]}
+    for body in (call, done):
+        server.reply(200, _wire.events_of("responses", body), sse=True)
+    model = {"provider": "openai", "name": "stand-in", "id": "qwen-coder", "max_tokens": 4096, "price_per_mtok": PRICE,
+             "base_url": f"{server.url}/v1", "api_key_env": "OPENAI_KEY_FOR_TEST", "timeout_s": 60}
+    rec, made = _trial(tmp_path, "codex", model)
+    assert rec["end_reason"] == "submitted" and rec["evaluation"]["verdict"] == "accepted"
+    posts = server.posts()
+    assert [p["path"] for p in posts] == ["/v1/responses"] * 2 == ["/v1/responses"] * len(made)
+    assert all(p["headers"]["authorization"] == "Bearer sk-openai-held-outside" for p in posts)
+    assert all(p["json"]["model"] == "qwen-coder" and p["json"]["max_output_tokens"] == 4096 for p in posts)
+    outputs = [i for i in posts[1]["json"]["input"] if i.get("type") == "function_call_output"]
+    assert outputs and outputs[0]["call_id"] == "call_w"  # its shell ran the command
+    assert rec["usage"]["cache_read_tokens"] == 200 and rec["usage"]["output_tokens"] == 60
