@@ -6,7 +6,11 @@ to the agent as it arrives, and is folded into one body to record and count.
 
 Config keys (conf/model/*.yaml, as the providers read them): provider (anthropic: Anthropic
 Messages; openai: Chat Completions and Responses), id, base_url, api_key_env, max_tokens,
-thinking, thinking_budget, effort, temperature, seed, timeout_s.
+thinking, thinking_budget, effort, temperature, seed, timeout_s. Retries are the agent's own
+(Claude Code and Codex retry 429, 529 and 5xx themselves, so those reach them as they came); when
+the agent gives up after them, the trial ends as an infrastructure failure, which the runner retries.
+A request that names a file stored at the provider (a file_id) is refused: nothing outside the
+sandbox reaches the agent but the model's replies.
 """
 from __future__ import annotations
 
@@ -89,6 +93,9 @@ class Forward:
 
     # -- what the agent may not choose -----------------------------------------------------------
     def prepare(self, fmt: str, body: dict[str, Any]) -> tuple[dict[str, Any], int, dict[str, Any]]:
+        if '"file_id"' in json.dumps(body):
+            raise ValueError("a file_id names a file stored at the provider, which the sandbox does not reach; "
+                             "put the file's content in the request")
         sent, changed = dict(body), {}
 
         def put(key: str, value: Any) -> None:
@@ -144,8 +151,10 @@ class Forward:
         path = "/chat/completions" if fmt == "chat" else "/responses"
         return f"{self.base}{path}", {"authorization": f"Bearer {self._key}"}
 
-    def respond(self, fmt: str, body: dict[str, Any], stream: bool, out: Any, headers: Mapping[str, str] = {}) -> Outcome:
+    def respond(self, fmt: str, body: dict[str, Any], stream: bool, out: Any,
+                headers: Mapping[str, str] | None = None) -> Outcome:
         url, auth = self._request(fmt)
+        headers = headers or {}
         hdrs = {"content-type": "application/json", "accept-encoding": "gzip", **auth}
         for name in ("anthropic-version", "anthropic-beta"):  # the API features the agent asks for
             if fmt == "anthropic" and headers.get(name):

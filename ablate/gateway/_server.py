@@ -94,6 +94,7 @@ class Out:
         if self.started:
             return
         self.started = True
+        self.h.replied = True
         try:
             self.h.send_response(status)
             self.h.send_header("content-type", ctype)
@@ -295,7 +296,9 @@ class Gateway:
             self._call(h, fmt, path, body)
         except Exception as e:  # noqa: BLE001 - one request's failure must never stop the gateway
             log.exception("gateway: %s %s failed", fmt, path)
-            Out(h).json(500, error_body(fmt, 500, f"the gateway failed on this request ({type(e).__name__})"))
+            h.close_connection = True
+            if not getattr(h, "replied", False):
+                Out(h).json(500, error_body(fmt, 500, f"the gateway failed on this request ({type(e).__name__})"))
 
     def _call(self, h: BaseHTTPRequestHandler, fmt: str, path: str, body: dict[str, Any]) -> None:
         out = Out(h)

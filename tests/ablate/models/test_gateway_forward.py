@@ -212,6 +212,15 @@ def test_a_max_tokens_the_agent_makes_up_is_refused_not_forwarded(server, gatewa
     assert server.posts() == [] and calls == []
 
 
+def test_a_file_stored_at_the_provider_is_not_reachable_through_the_gateway(server, gateway):
+    sock, calls, _ = gateway()
+    body = agent_request()
+    body["messages"] = [{"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "file_011"}}]}]
+    status, _, raw = post(sock, "/v1/messages", body)
+    assert status == 400 and "file_id names a file stored at the provider" in json.loads(raw)["error"]["message"]
+    assert server.posts() == [] and calls == []
+
+
 def test_forwarding_needs_the_key_in_the_runners_environment(monkeypatch):
     from ablate.errors import AblateError
 
