@@ -230,3 +230,17 @@ def test_any_program_is_an_agent_through_the_same_gateway(tmp_path):
     assert {c["request"]["wire"] for c in calls(trial)} == {"chat"} and rec["agent"]["turns"] == 5
     assert rec["harness"]["agent"]["name"] == "command" and len(rec["harness"]["agent"]["program_sha256"]) == 64
     assert spec.trial_id.endswith(spec.agent_key)
+
+
+def test_a_time_budget_kills_the_agent_and_everything_it_started(clis, tmp_path):
+    spec = TrialSpec(study="time", arm="claude_code", operator="rmsnorm", shapes={"public": "smoke", "eval": "smoke"},
+                     seed=0, harness={"name": "claude_code", "mechanisms": {}, "agent": {"name": "claude_code"}},
+                     model={"name": "scripted", "provider": "scripted", "id": "scripted-actions-v1", "policy": "actions",
+                            "actions": [{"tool": "bash", "args": {"command": "python -c 'import subprocess, time; "
+                                                   "subprocess.Popen([\"sleep\", \"317.25\"]); time.sleep(317.5)'"}}]},
+                     budget={"turns": 10, "tool_s": 8})
+    trial = run_trial(spec, Store(tmp_path / "store"))
+    rec = json.loads((trial / "record.json").read_text())
+    assert rec["end_reason"] == "tool_s" and 8 <= rec["agent"]["tool_s"] < 120 and rec["agent"]["turns"] == 1
+    left = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 317.25" not in left and "time.sleep(317.5)" not in left  # the sandbox went whole
