@@ -107,11 +107,9 @@ def print_report(study_dir: Path | str, cfg: dict[str, Any], paths: list[Path] |
     study_dir = Path(study_dir)
     if not (paths or study_dir.is_dir()):
         return
-    baseline, rejected_as = cfg["study"].get("baseline_arm"), cfg["analysis"]["rejected_as"]
+    baseline, rejected_as = cfg["study"].get("baseline_arm"), (cfg.get("analysis") or {}).get("rejected_as")
     print(report.text(study_dir, baseline=baseline, rejected_as=rejected_as))
     again = f"python -m analysis {study_dir}" + (f" --baseline {baseline}" if baseline else "")
-    if rejected_as != 1.0:
-        again += f" --rejected-as {rejected_as}"
     try:
         index = report.write(study_dir, study_dir / "report", baseline, rejected_as, quiet=True)
     except Exception as e:  # noqa: BLE001 - the records are stored; the report can be written again

@@ -82,7 +82,9 @@ def test_help_says_what_it_does_with_examples_and_the_other_commands():
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert out.startswith("ablate: a controlled ablation benchmark")
-    for text in ("Examples:", "dry_run=true", "study: justgoal, mechanisms, smoke", "python -m analysis runs/STUDY",
+    studies = next(line for line in out.splitlines() if line.startswith("study: "))
+    assert {"justgoal", "mechanisms", "smoke"} <= set(studies.removeprefix("study: ").split(", "))  # conf/study
+    for text in ("Examples:", "dry_run=true", "python -m analysis runs/STUDY",
                  "python -m ablate.rescore runs/STUDY", "python -m ablate.evaluate --operator OP", "--hydra-help"):
         assert text in out, text
     assert "== Config ==" not in out and "max_output_bytes" not in out  # not the composed config
