@@ -31,7 +31,7 @@ from ablate.models import _pricing
 from ablate.sandbox import _bwrap
 from harnesses import _documents
 from harnesses._loop import AgentResult, Spend
-from harnesses.agents._agents import HOME, PROGRAM, External
+from harnesses.agents._agents import HOME, External
 
 PROMPT = "agents/prompt.md"  # what an external agent is told besides the task (harnesses/agents/prompt.md)
 POLL_S = 0.2
