@@ -14,8 +14,7 @@ def main(argv: list[str] | None = None) -> int:
                                             f"(set ABLATE_AGENTS_DIR to move it).")
     sub = p.add_subparsers(dest="command", required=True)
     inst = sub.add_parser("install", help="npm-install agents at their pinned versions")
-    inst.add_argument("agents", nargs="*", choices=[[], *_install.PINNED], default=[],
-                      help=f"which ({', '.join(_install.PINNED)}; default: all)")
+    inst.add_argument("agents", nargs="*", default=[], help=f"which ({', '.join(_install.PINNED)}; default: all)")
     inst.add_argument("--version", help="a version other than the pinned one (one agent only)")
     sub.add_parser("status", help="which agents are installed")
     args = p.parse_args(argv)
