@@ -138,8 +138,10 @@ def run(agent: External, model: Any, task: Any, ws: Any, budget: Any, model_conf
     name = policy.model.removeprefix("replay:") if cfg.get("provider") in ("scripted", "replay") else model_id
     agent.prepare(home, name, ws.limits.command_timeout_s)
     _bwrap.chown_tree(home, ws.uid)
+    # the socket's folder: the runner's and the sandbox's alone (other users of the machine would
+    # otherwise reach the trial's model through it)
     sockdir = Path(tempfile.mkdtemp(prefix="ablate-gw-"))
-    os.chmod(sockdir, 0o755)
+    _bwrap.chown_tree(sockdir, ws.uid)
     stream, errors = trial_dir / "agent_stdout.jsonl", trial_dir / "agent_stderr.log"
     proc = None
     try:
