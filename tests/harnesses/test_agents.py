@@ -79,6 +79,16 @@ def test_the_kda_study_pairs_goal_only_claude_code_with_the_specialist_and_each_
     assert full["name"] == "claude_code" and full["version"] == _install.PINNED["claude_code"].version
 
 
+def test_a_users_own_items_are_ablated_one_at_a_time_by_the_agent_items_study(installed, kda):
+    specs = expand(composed("study=agent_items", "+model=scripted", "operators=rmsnorm", "study.scopes=[multi_shape]",
+                            f"+study.arms.configured.agent.skills.my-skill={kda}/KernelWiki",
+                            f"+study.arms.configured.agent.plugins.my-plugin={kda}/humanize"))
+    arms = {s.arm: s.harness["agent"] for s in specs}
+    assert sorted(arms) == ["configured", "goal", "goal+plugin-my-plugin", "goal+skill-my-skill"]
+    assert arms["goal+plugin-my-plugin"]["plugins"] == {"my-plugin": f"{kda}/humanize"} and not arms["goal"]["skills"]
+    assert len({s.match_key for s in specs}) == 1
+
+
 def test_a_skills_folder_changes_the_trial_id_and_the_record_but_not_the_match_key(installed, kda):
     base = composed("+harness=claude_code", "+model=scripted")
     with_skill = composed("+harness=claude_code", "+model=scripted", f"+harness.agent.skills.KernelWiki={kda}/KernelWiki")
