@@ -11,7 +11,8 @@ import pandas as pd
 
 from ablate import snapshots
 from analysis import stats
-from analysis.scoring import DESIGN, GROUP, estimate, groups, logs, score
+from analysis.scoring import DESIGN, GROUP, estimate, geomeans, groups, logs, per_seed, score
+
 
 def fast_p_table(df: pd.DataFrame, thresholds=stats.FAST_P) -> pd.DataFrame:
     """KernelBench's fast_p: the fraction of trials whose kernel is correct (accepted) and faster
@@ -120,13 +121,11 @@ def best_so_far(progress: pd.DataFrame, df: pd.DataFrame, by: str = "turn", poin
         best = np.maximum.accumulate(best, axis=1)[:, :len(grid)]
         found = np.isfinite(best)
         trial = g.drop_duplicates("trial_id").set_index("trial_id").loc[ids]
-        for j, x in enumerate(grid):
-            column = pd.DataFrame({"operator": trial["operator"].to_numpy(), "seed": trial["seed"].to_numpy(),
-                                   "speedup": np.where(found[:, j], best[:, j], np.nan),
-                                   "fallback": np.where(found[:, j], np.fmax(best[:, j], 1.0), 1.0)})
-            rows.append({**key, by: float(x), "fallback": estimate(logs(column, "fallback")).estimate,
-                         "speedup": estimate(logs(column, "speedup")).estimate,
-                         "with_kernel": float(found[:, j].mean()), "trials": len(ids)})
+        with np.errstate(divide="ignore", invalid="ignore"):  # log of the NaN before a trial's first kernel
+            produced = geomeans(per_seed(trial, np.log(np.where(found, best, np.nan))))
+            fallback = geomeans(per_seed(trial, np.log(np.where(found, np.fmax(best, 1.0), 1.0))))
+        rows += [{**key, by: float(x), "fallback": fallback[j], "speedup": produced[j],
+                  "with_kernel": float(found[:, j].mean()), "trials": len(ids)} for j, x in enumerate(grid)]
     return pd.DataFrame(rows)
 
 

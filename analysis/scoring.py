@@ -51,17 +51,38 @@ def score(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def per_seed(g: pd.DataFrame, logs) -> pd.Series:
-    """Mean of log values per (operator, seed): a seed's shapes averaged; NaN without any."""
-    return pd.Series(np.asarray(logs, dtype=float), index=g.index).groupby([g["operator"], g["seed"]]).mean()
+def per_seed(g: pd.DataFrame, logs) -> pd.Series | pd.DataFrame:
+    """Mean of log values per (operator, seed): a seed's shapes averaged; NaN without any.
+    ``logs``: a value per row of ``g``, or a matrix of them (a column each)."""
+    values = np.asarray(logs, dtype=float)
+    frame = pd.DataFrame(values, index=g.index) if values.ndim == 2 else pd.Series(values, index=g.index)
+    return frame.groupby([g["operator"], g["seed"]]).mean()
 
 
 def logs(g: pd.DataFrame, column: str) -> pd.Series:
     return per_seed(g, np.log(g[column].to_numpy(dtype=float)))
 
 
-def estimate(units: pd.Series, empty: str = "no accepted kernel") -> stats.Estimate:
+def seed_logs(df: pd.DataFrame, by: list[str], scores=("speedup", "fallback")) -> pd.DataFrame:
+    """``per_seed`` for every group of ``by`` at once (one groupby for a whole table): a row per
+    (by..., operator, seed) with the mean log of each score."""
+    keys = list(dict.fromkeys([*by, *UNIT]))
+    with np.errstate(divide="ignore"):
+        values = np.log(df[list(scores)].astype(float))
+    return values.groupby([df[k] for k in keys], dropna=False, sort=True).mean().reset_index()
+
+
+def estimate(units: pd.Series | pd.DataFrame, empty: str = "no accepted kernel", column: str | None = None) -> stats.Estimate:
+    """``stats.estimate`` of per-seed logs: a ``per_seed`` Series, or the ``column`` of a ``seed_logs`` frame."""
+    if column is not None:
+        return stats.estimate(units["operator"].to_numpy(), units[column].to_numpy(dtype=float), empty=empty)
     return stats.estimate(units.index.get_level_values("operator"), units.to_numpy(dtype=float), empty=empty)
+
+
+def geomeans(units: pd.DataFrame) -> np.ndarray:
+    """The estimator's value (``stats.estimate``) for many columns of ``per_seed`` at once:
+    exp(mean over operators of the per-operator mean over seeds), NaN where a column has none."""
+    return np.exp(units.groupby(level="operator").mean().mean().to_numpy(dtype=float))
 
 
 def columns(prefix: str, e: stats.Estimate) -> dict[str, Any]:

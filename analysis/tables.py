@@ -32,7 +32,7 @@ from analysis import frames, stats
 from analysis.measures import (best_so_far, cost_table, fast_p_table, flagged_lines, footing_lines, hidden_table,  # noqa: F401
                                mechanism_table, rejection_table, sol_score_table)
 from analysis.scoring import (DESIGN, GROUP, INTERVALS, TIE_BAND, columns, counts, estimate, groups, logs,  # noqa: F401
-                              per_seed, score, win_tie_loss)
+                              per_seed, score, seed_logs, win_tie_loss)
 
 PAIR_ON = ["study", "model", "operator", "seed", "timing", "scope", "shapes", "shape"]
 NO_PAIRS, BOTH = "no pairs", "no pair where both were accepted"  # why a ratio has no estimate
@@ -49,11 +49,11 @@ def arm_table(df: pd.DataFrame) -> pd.DataFrame:
     the arm produced at least one accepted kernel (the produced figure is over those)."""
     df = score(df)
     rows = []
-    for key, g in groups(df, GROUP):
+    for (key, g), (_, u) in zip(groups(df, GROUP), groups(seed_logs(df, GROUP), GROUP)):  # the same keys, in order
         rows.append({**key, "trials": len(g), **counts(g), "operators": g["operator"].nunique(),
                      "operators_with_kernel": g.loc[g["speedup"].notna(), "operator"].nunique(),
-                     **columns("speedup", estimate(logs(g, "speedup"))),
-                     **columns("fallback", estimate(logs(g, "fallback"))),
+                     **columns("speedup", estimate(u, column="speedup")),
+                     **columns("fallback", estimate(u, column="fallback")),
                      "sol": frames._geomean(g["sol"]), "tokens": float(g["tokens"].mean()),
                      "cost_usd": float(g["cost_usd"].mean()), "turns": float(g["turns"].mean())})
     return pd.DataFrame(rows)
@@ -65,8 +65,9 @@ def operator_table(df: pd.DataFrame) -> pd.DataFrame:
     beat the best library (geomean over accepted seeds above 1.0x)."""
     df = score(df)
     rows = []
-    for key, g in groups(df, GROUP + ["operator"]):
-        produced, fallback = estimate(logs(g, "speedup")), estimate(logs(g, "fallback"))
+    by = GROUP + ["operator"]
+    for (key, g), (_, u) in zip(groups(df, by), groups(seed_logs(df, by), by)):
+        produced, fallback = estimate(u, column="speedup"), estimate(u, column="fallback")
         rows.append({**key, "trials": len(g), "accepted": int((g["outcome"] == "accepted").sum()),
                      "correct_rate": float((g["outcome"] == "accepted").mean()),
                      "speedup": produced.estimate, "speedup_these_low": produced.these.low,
@@ -76,13 +77,16 @@ def operator_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paper_table(df: pd.DataFrame) -> pd.DataFrame:
+def paper_table(df: pd.DataFrame, arms: pd.DataFrame | None = None, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per arm, the figures the reproduced paper reports: the produced geomean speedup against the
     best library (over shapes, seeds, then operators) with its interval over these operators,
     the fraction of speed-of-light, the correctness rate, "beats the best library on k of n
-    operators" (from produced kernels), and the fallback geomean beside them."""
+    operators" (from produced kernels), and the fallback geomean beside them. ``arms``, ``ops``:
+    this data's arm and operator tables, when already computed."""
+    arms = arm_table(df) if arms is None else arms
+    ops = operator_table(df) if ops is None else ops
     rows = []  # both tables have a row per GROUP, in the same order
-    for a, (_, g) in zip(arm_table(df).to_dict("records"), groups(operator_table(df), GROUP)):
+    for a, (_, g) in zip(arms.to_dict("records"), groups(ops, GROUP)):
         rows.append({**{c: a[c] for c in GROUP}, "speedup": a["speedup"], "speedup_these_low": a["speedup_these_low"],
                      "speedup_these_high": a["speedup_these_high"], "speedup_these_why": a["speedup_these_why"],
                      "sol": a["sol"], "correct_rate": a["correct_rate"],
@@ -183,6 +187,7 @@ def _names(trials: pd.DataFrame, most: int = 6) -> str:
     parts = [f"{op} {s}" for op, s in seeds.items()]
     return "; ".join(parts[:most]) + (f"; and {len(parts) - most} more operators" if len(parts) > most else "")
 
+
 def ratio_table(df: pd.DataFrame, baseline: str, band: float = TIE_BAND, paired: list | None = None) -> pd.DataFrame:
     """For every arm of every design against ``baseline``: the pairs; each side's correctness
     over them; the produced ratio (``ratio``: pairs where both were accepted) and the fallback
@@ -281,9 +286,10 @@ def planning_table(df: pd.DataFrame, baseline: str, effect: float = 1.05, alpha:
                        f"operators alone is too wide; more operators are needed")
             rows.append({**design, "comparison": f"{arm} / {baseline}", "score": score_name, "operators": e.operators,
                          "seeds": seeds, "sd_within": e.sd, "sd_between": e.tau,
-                         "mde_ratio": stats.mde(e.sd, e.tau, e.operators, seeds, alpha, power) if not why or need_ops else np.nan,
+                         "mde_ratio": stats.mde(e.sd, e.tau, e.operators, seeds, alpha, power),
                          f"seeds_for_{effect:g}x": need_seeds, f"operators_for_{effect:g}x": need_ops, "why": why})
     return pd.DataFrame(rows)
+
 
 def design_lines(df: pd.DataFrame) -> list[str]:
     """A line when the study's trials mix scopes or shape sets: each has its own rows, never pooled."""
@@ -306,7 +312,8 @@ def summary(path: Path | str, baseline: str | None = None, activity: bool = Fals
     if df.empty:
         return out
     shapes = frames.shape_frame(records)
-    out.update(shapes=shapes, arms=arm_table(df), operators=operator_table(df), paper=paper_table(df),
+    arms, ops = arm_table(df), operator_table(df)
+    out.update(shapes=shapes, arms=arms, operators=ops, paper=paper_table(df, arms, ops),
                fast_p=fast_p_table(df), sol_score=sol_score_table(df, shapes), hidden=hidden_table(shapes, df),
                cost=cost_table(df), rejections=rejection_table(df), designs=design_lines(df))
     if baseline and baseline in set(df["arm"]):

@@ -1,15 +1,15 @@
 """Tables from records written the way a trial writes them (benchmarks.synthetic -> trial_record)."""
 import json
 import math
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
-
-from pathlib import Path
 
 import ablate.evaluate
 from analysis import frames, report, stats, tables
-from benchmarks.synthetic import CPU_ENV, GPU_ENV, single_shapes, write_study, write_trial
+from benchmarks.synthetic import GPU_ENV, single_shapes, write_study, write_trial
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -447,10 +447,12 @@ def test_a_misspelt_study_path_is_one_line_naming_the_nearest_study(tmp_path, ca
     from analysis.__main__ import main
 
     write_trial(tmp_path, "goal_only", 0, 1.0, study="smoke")
-    (tmp_path / "justgoal").mkdir()
+    write_trial(tmp_path, "goal_only", 0, 1.0, study="justgoal")
+    (tmp_path / "report").mkdir()  # not a study: never suggested
     assert main([str(tmp_path / "smok")]) == 2
     [err] = capsys.readouterr().err.strip().splitlines()
-    assert f"{tmp_path / 'smok'} does not exist; did you mean {tmp_path / 'smoke'}?" in err and "justgoal" in err
+    assert err == (f"error: {tmp_path / 'smok'} does not exist; did you mean {tmp_path / 'smoke'}? "
+                   f"(studies under {tmp_path}: smoke, justgoal)")
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
     [err] = capsys.readouterr().err.strip().splitlines()
@@ -584,3 +586,15 @@ def test_accepted_trials_the_judge_flagged_are_named_before_the_numbers(tmp_path
         and noisy in lines["flag speedup_over_3x"]
     assert loose in lines["flag unconfined_candidate"]
     assert all(line in report.text(tmp_path, baseline="goal_only") for line in s["flagged"])
+
+
+def test_the_estimator_for_many_columns_at_once_is_the_estimator():
+    from analysis import scoring
+
+    rng = np.random.default_rng(4)
+    g = pd.DataFrame({"operator": rng.choice(["a", "b", "c"], 40), "seed": rng.integers(0, 4, 40)})
+    logs = rng.normal(size=(40, 3))
+    logs[rng.random((40, 3)) < 0.3] = np.nan  # trials without a kernel
+    many = scoring.geomeans(scoring.per_seed(g, logs))
+    for j in range(3):
+        assert many[j] == pytest.approx(scoring.estimate(scoring.per_seed(g, logs[:, j])).estimate)
