@@ -22,7 +22,8 @@ DEFAULT_STUDY = Path("runs/smoke")  # conf/config.yaml: store runs, study smoke
 def _no_study(path: Path) -> str:
     """One line: the path is not there, and the studies that are, nearest first."""
     parent = path.parent if path.parent.is_dir() else None
-    studies = sorted(p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")) if parent else []
+    studies = sorted(p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith(".")
+                     and ((p / "index.parquet").is_file() or any(p.glob("*/record.json")))) if parent else []
     near = difflib.get_close_matches(path.name, studies, n=max(1, len(studies)), cutoff=0.0)
     if near:
         return (f"{path} does not exist; did you mean {parent / near[0]}? (studies under {parent}: {', '.join(near)})")

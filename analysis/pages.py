@@ -14,6 +14,7 @@ import pandas as pd
 from analysis.report import RULES, evaluation_line, headline, notes, title
 from analysis.views import fmt, fmt_money, fmt_x, view
 
+
 def file_name(trial_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in str(trial_id))
 
@@ -39,6 +40,8 @@ def _table_html(df: pd.DataFrame, **kw) -> str:
 
 
 def _cell(v: Any) -> str:
+    if isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v):
+        v = ", ".join(x if isinstance(x, str) else fmt(x) for x in v) or "none"
     if isinstance(v, (dict, list)):
         s = json.dumps(v, default=str)
         return html.escape(s if len(s) <= 200 else s[:197] + "...")

@@ -44,9 +44,10 @@ def evaluation_line(s: dict[str, Any]) -> str:
         return f"evaluation: original for every trial (as judged when it ran; none rescored; evaluator version {versions})"
     devices = ", ".join(sorted({str((r.get("evaluation") or {}).get("device", {}).get("name") or "unknown")
                                 for r in s["records"] if r.get("evaluation_source", "original") != "original"}))
+    rest = ", the rest as judged when they ran" if len(rescored) < len(df) else ""
     return (f"evaluation: RESCORED: {len(rescored)} of {len(df)} trials read from a rescoring (python -m ablate.rescore; "
-            f"evaluator version {versions}, judged on {devices}), the rest as judged when they ran; asked for: "
-            f"{s['evaluation']}; --evaluation original shows the figures the trials ran with")
+            f"evaluator version {versions}, judged on {devices}){rest}; asked for: {s['evaluation']}; "
+            f"--evaluation original shows the figures the trials ran with")
 
 
 def _ratio_sentence(r: dict[str, Any]) -> str:

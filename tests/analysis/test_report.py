@@ -176,7 +176,8 @@ def test_what_an_agent_wrote_cannot_inject_markup_into_the_report(tmp_path):
     assert "<script" not in text and "<img src=x" not in text and "&lt;script&gt;alert(3)" in text
 
 
-def test_the_report_opens_with_a_headline_says_which_evaluation_and_keeps_wide_tables_scrolling(written):
+def test_the_report_opens_with_a_headline_says_which_evaluation_and_keeps_wide_tables_scrolling(study, written):
+    assert report.text(study, "goal_only").splitlines()[1].startswith("kda05 against goal_only")  # under the title
     out, index = written
     page = index.read_text()
     assert page.index("id='headline'") < page.index("<table")
