@@ -142,12 +142,16 @@ FORBIDDEN_NAMES = (
     "os.setns", "builtins", "importlib.reload", "types.FunctionType", "types.CodeType",
     "torch._C", "torch.ops", "torch._dynamo", "torch._inductor", "torch.utils._python_dispatch",
     "torch.overrides", "torch.cuda.cudart", "cupy.cuda.runtime",
+    # handed frames, or calling what they are handed, on the kernel's behalf
+    "signal.signal", "signal.setitimer", "signal.alarm", "_signal", "unittest.mock", "weakref.finalize",
+    "atexit.register", "torch.jit", "torch.fx", "torch.package",
 )
 FORBIDDEN_BUILTINS = ("exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint")
 FORBIDDEN_ATTRS = ("__code__", "__globals__", "__closure__", "__builtins__", "__subclasses__", "__bases__",
                    "__mro__", "__dict__", "f_back", "f_locals", "f_globals", "f_code", "tb_frame", "gi_frame",
-                   "cr_frame", "ag_frame", "co_code")
-_PATHS = ("/proc/", "/dev/mem", "/sys/kernel", "/dev/shm")
+                   "cr_frame", "ag_frame", "co_code", "cell_contents", "__wrapped__", "__defaults__",
+                   "__kwdefaults__", "__base__")
+_PATHS = ("/proc", "/dev/mem", "/sys/kernel", "/dev/shm", "/dev/fd/", "thread-self")
 
 
 def forbidden(tree: ast.Module) -> list[str]:
