@@ -44,6 +44,8 @@ REASONS: dict[str, str] = {
     "below_roofline": "faster than speed of light: the physical floor of bytes and flops (datasheet or measured ceiling)",
     "l2_persistence": "the kernel reserved persisting L2 or set an access-policy window",
     "graph_capture_failed": "--cuda-graph: the kernel could not be captured in a CUDA graph",
+    "protocol_violation": "what the candidate sent broke the judge (a malformed or impossible report): its "
+                          "rejection, never an evaluator failure",
 }
 
 # Timing-related names watched for identity (a replacement is timer_tampered, not driver_tampered).

@@ -1,6 +1,20 @@
-"""The processes the supervisor manages: warm judges, warm CPU zygotes, candidate processes, the
-confinement around candidates (the one bubblewrap policy, ablate/sandbox/_bwrap.py), the kit the
-candidate runs from, and killing whatever a candidate leaves behind. Standard library only."""
+"""The processes the supervisor manages: warm judges, candidate processes (a fresh interpreter
+per evaluation, started ahead as a spare while the previous one runs), the confinement around
+candidates (the one bubblewrap policy, ablate/sandbox/_bwrap.py), the kit the candidate runs
+from, what a candidate may leave running (compilers and build tools, nothing else), and killing
+whatever it leaves behind: the whole PID namespace of its sandbox. Standard library only.
+
+Every evaluation starts clean and leaves nothing behind:
+  - its own process tree, PID namespace, uid (root runner) and private /tmp (a size-limited
+    tmpfs: HOME, the compiler caches and TMPDIR live there), all made for it alone; a spare is
+    fresh until used and used once;
+  - the evaluation directory (kernel.py, the operator's entry files) is written by the root side
+    before the candidate runs, without following links, into directories the sandbox never
+    owned, and the sandbox sees it read-only: nothing it writes lands on a host path;
+  - what it prints goes through a pipe the supervisor drains, keeping only the tail in memory;
+  - what it writes to its tmpfs counts against its memory limit;
+  - when it ends, the namespace's init is killed, which takes every process in the namespace
+    with it (orphans, double forks, new sessions), and the supervisor checks none is left."""
 from __future__ import annotations
 
 import atexit
@@ -16,13 +30,17 @@ import time
 from pathlib import Path
 
 from ablate.evaluate import _channel
+from ablate.evaluate._guard import BUILD_TOOLS, SYSTEM_PROGRAMS, tool_name
 from ablate.sandbox import _bwrap
 
 REPO = Path(__file__).resolve().parents[2]
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
-# The candidate's entry: loads the kit privately (see _candidate), then hands over to its boot(). Run as `python -E -B -c BOOT KIT FD [zygote]`.
+# The candidate's entry: makes the process undumpable (its memory and /proc files closed to every
+# other process, a helper it starts included), loads the kit privately (see _candidate), then
+# hands over to its boot(). Run as `python -E -B -c BOOT KIT FD`.
 BOOT = r"""
-import builtins, importlib.abc, importlib.util, os, sys
+import builtins, ctypes, importlib.abc, importlib.util, os, sys
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no other process (a helper) reads or writes this one
 kit = sys.argv[1]
 sys.path[:] = [p for p in sys.path if p and not p.startswith(kit)]
 private = dict(builtins.__dict__)
@@ -48,15 +66,16 @@ sys.exit(_candidate.boot(finder, *sys.argv[1:]))
 # The kit: the files the candidate process needs, by their place in the project.
 KIT = ("ablate/evaluate/_candidate.py", "ablate/evaluate/_channel.py", "ablate/evaluate/_guard.py",
        "ablate/evaluate/_integrity.py", "ablate/evaluate/_reasons.py", "ablate/evaluate/_tensors.py",
-       "ablate/evaluate/_timing.py", "ablate/evaluate/_trace.py", "ablate/evaluate/_gpu.py", "ablate/evaluate/_zygote.py",
+       "ablate/evaluate/_timing.py", "ablate/evaluate/_trace.py", "ablate/evaluate/_gpu.py",
        "operators/_entries.py")
 KIT_PACKAGES = ("ablate", "ablate.evaluate", "operators")
 
-INNER_ROOT = "/eval"  # where a candidate's evaluation root appears inside the sandbox
-# Where the programs a kernel's libraries start while it runs live (compilers, linkers, build
-# tools, `file`): read-only system and toolchain directories. A program from anywhere else (what the
-# candidate could have written) or any Python interpreter beside the candidate's own is a helper.
-SYSTEM_PROGRAMS = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/")
+INNER_ROOT = "/eval"  # where a candidate's evaluation root appears inside the sandbox (read-only)
+TMP_BYTES = 4 << 30  # the candidate's private tmpfs (/tmp: HOME, caches, TMPDIR); its use counts as memory
+OUTPUT_KEEP = 64 << 10  # bytes of a candidate's stdout and stderr kept (the tail); the rest is counted, dropped
+# Shells run by a build tool (ninja and nvcc run their steps through sh): no helpers.
+SHELLS = frozenset({"sh", "dash", "bash"})
+_BUILDERS = frozenset({"ninja", "make", "nvcc", "gcc", "g++", "cc", "c++", "clang", "clang++"})
 
 
 class EvaluatorFailure(RuntimeError):
@@ -72,7 +91,8 @@ def trusted_env(extra: dict) -> dict:
 
 
 def scratch() -> str | None:
-    """Where evaluation directories go: RAM-backed /dev/shm when there is room."""
+    """Where evaluation directories go (kernel.py and the operator's entry files: small): RAM-backed
+    /dev/shm when there is room."""
     if os.environ.get("ABLATE_EVAL_TMP"):
         return os.environ["ABLATE_EVAL_TMP"]
     try:
@@ -122,16 +142,18 @@ class Confinement:
         return _bwrap.sandbox_uid("eval:" + key) if os.geteuid() == 0 else -1
 
     def wrap(self, root: Path, kit: Path, command: list[str], device: str) -> tuple[list[str], str, str]:
-        """(argv, inner root, inner kit) for `command` confined to `root` (read-write) and the kit
-        (read-only), with the GPU when the device is CUDA."""
+        """(argv, inner root, inner kit) for `command` confined to `root` and the kit (both
+        read-only: nothing of the host is writable inside), a private /tmp holding home/ and
+        cache/, and the GPU when the device is CUDA. `root` must hold an empty kit/ folder (the
+        kit's mount point: the read-only root cannot grow one)."""
         if not self.mode:
             return command, str(root), str(kit)
         uid = self.uid_for(str(root)) if self.mode == "root" else -1
-        _bwrap.chown_tree(root, uid)
-        binds = [(root, INNER_ROOT, True), (kit, f"{INNER_ROOT}/kit", False)]
+        binds = [(root, INNER_ROOT, False), (kit, f"{INNER_ROOT}/kit", False)]
         gpu = device != "cpu" and bool(_bwrap.gpu_devices())
-        a = _bwrap.argv(self.binary, binds, self.mode, gpu, _bwrap.project_paths(), 4 << 30, chdir=INNER_ROOT)
-        a += _bwrap.launcher(24 * 3600, 4096, 1 << 40, uid, command)
+        a = _bwrap.argv(self.binary, binds, self.mode, gpu, _bwrap.project_paths(), TMP_BYTES, chdir="/tmp",
+                        tmp_dirs=("home", "cache"))
+        a += _bwrap.launcher(24 * 3600, 4096, TMP_BYTES, uid, command)
         return a, INNER_ROOT, f"{INNER_ROOT}/kit"
 
 
@@ -160,15 +182,20 @@ def kit() -> Path:
     return _KIT[0]
 
 
-def candidate_env(inner: str, device: str) -> dict:
+def candidate_env(inner: str, device: str, confined: bool) -> dict:
     """A candidate's whole environment: nothing of the caller's but what CUDA and compilers need.
-    Fresh compiler caches per evaluation: nothing built by an earlier candidate can run."""
-    cache = f"{inner}/cache"
-    e = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "HOME": f"{inner}/home",
-         "TMPDIR": "/tmp" if confinement().mode else f"{inner}/tmp", "LANG": "C.UTF-8",
+    Fresh compiler caches per evaluation: nothing built by an earlier candidate can run. Confined,
+    HOME, caches and TMPDIR are in its private tmpfs; unconfined, in its evaluation directory."""
+    base = "/tmp" if confined else inner
+    cache = f"{base}/cache"
+    e = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "HOME": f"{base}/home",
+         "TMPDIR": "/tmp" if confined else f"{inner}/tmp", "LANG": "C.UTF-8",
          "TRITON_CACHE_DIR": f"{cache}/triton", "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions",
          "CUPY_CACHE_DIR": f"{cache}/cupy", "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
          "CUDA_CACHE_PATH": f"{cache}/nv", "XDG_CACHE_HOME": cache, "PYTHONDONTWRITEBYTECODE": "1",
+         # torch.compile in the kernel: compile in this process (no pool of Python workers) and
+         # trust the CPU's vector ISA (no Python started to probe it): a second Python is a helper
+         "TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_VEC_ISA_OK": "1",
          "ABLATE_EVAL_DEVICE": device}
     for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
               "OMP_NUM_THREADS"):
@@ -177,28 +204,88 @@ def candidate_env(inner: str, device: str) -> dict:
     return e
 
 
-def evaluation_dir(root: Path) -> tuple[Path, str]:
-    """A fresh evaluation directory under `root`: the submission's own folder, HOME, caches, tmp.
-    Returns (host path, its name under the root)."""
+def evaluation_dir(root: Path, confined: bool) -> tuple[Path, str]:
+    """A fresh evaluation directory under `root`: submission/ (kernel.py) and entry/ (files the
+    operator's entry names), written by this side only. Unconfined, also home/, cache/, tmp/ (the
+    candidate's; confined, those live in its private tmpfs). Returns (host path, its name)."""
     work = Path(tempfile.mkdtemp(prefix="e-", dir=root))
     work.chmod(0o755)  # bubblewrap enters it as root without capabilities: as "others"
-    for d in ("submission", "home", "cache", "tmp", "entry"):
-        (work / d).mkdir()
+    for d in ("submission", "entry") + (() if confined else ("home", "cache", "tmp")):
+        (work / d).mkdir(mode=0o755)
     return work, work.name
 
 
+def write_new(root: Path, parts: tuple[str, ...], data: bytes, mode: int = 0o444) -> None:
+    """Create the file root/parts... holding `data`, as the root side writes into an evaluation
+    directory: every directory opened without following a link and checked to be this process's
+    own and writable by no one else, the file created new (O_EXCL), never through a link."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds = [os.open(root, flags)]
+    try:
+        for name in parts[:-1]:
+            fds.append(os.open(name, flags, dir_fd=fds[-1]))
+        for fd in fds:
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                raise EvaluatorFailure(f"{root}/{'/'.join(parts[:-1])}: a directory not ours alone; nothing written")
+        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                     dir_fd=fds[-1])
+        try:
+            view, done = memoryview(data), 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
+        finally:
+            os.close(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 # -- processes --------------------------------------------------------------------------------
+def children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                out += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+    except OSError:
+        pass
+    return out
+
+
 def descendants(pid: int) -> list[int]:
     out, stack = [], [pid]
     while stack:
-        p = stack.pop()
-        try:
-            for tid in os.listdir(f"/proc/{p}/task"):
-                kids = [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
-                out += kids
-                stack += kids
-        except (OSError, ValueError):
-            continue
+        kids = children(stack.pop())
+        out += kids
+        stack += kids
+    return out
+
+
+def pid_namespace(pid: int) -> str | None:
+    """The PID namespace a process is in ('pid:[4026532...]'), or None when it is gone or unreadable."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def in_namespace(ns: str) -> list[int]:
+    """Every live process, seen from here, whose PID namespace is `ns` (a zombie is dead already:
+    only its exit status waits for its parent)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and pid_namespace(int(name)) == ns and _state(int(name)) not in "ZX":
+            out.append(int(name))
     return out
 
 
@@ -223,6 +310,22 @@ def program(pid: int) -> str | None:
             return Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _script(pid: int) -> str | None:
+    """The script a shell runs (its first argument, when not an option), or None."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return argv[1].decode(errors="replace") if len(argv) > 1 and argv[1] and not argv[1].startswith(b"-") else None
 
 
 def _sigkill(pids) -> None:
@@ -255,18 +358,37 @@ def tail(f, n: int = 2000) -> str:
         return ""
 
 
-def _outer_pid(root_pid: int, inner: int, confined: bool) -> int | None:
-    """The pid, seen from here, of a process its PID namespace calls `inner`."""
-    if not confined:
-        return inner
-    for p in descendants(root_pid):
+class OutputTail:
+    """What a candidate writes to stdout and stderr: read from a pipe as it comes, the last
+    OUTPUT_KEEP bytes kept in memory, the rest counted and dropped. Nothing it prints reaches a
+    disk, however much it prints; it never blocks on a full pipe."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf, self.total = fd, bytearray(), 0
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._drain, name="ablate-candidate-output", daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
         try:
-            m = re.search(r"NSpid:\s+([\d\s]+)", Path(f"/proc/{p}/status").read_text())
+            while chunk := os.read(self.fd, 1 << 16):
+                with self.lock:
+                    self.total += len(chunk)
+                    self.buf += chunk
+                    if len(self.buf) > 2 * OUTPUT_KEEP:
+                        del self.buf[:-OUTPUT_KEEP]
         except OSError:
-            continue
-        if m and int(m.group(1).split()[-1]) == inner and len(m.group(1).split()) > 1:
-            return p
-    return None
+            pass
+        finally:
+            os.close(self.fd)
+
+    def text(self, n: int = 2000) -> str:
+        with self.lock:
+            return bytes(self.buf[-n:]).decode(errors="replace")
+
+    def close(self, wait: float = 2.0) -> None:
+        """Wait for the end of the output (every writer gone); a daemon thread stays otherwise."""
+        self.thread.join(wait)
 
 
 class _Server:
@@ -340,91 +462,87 @@ class Judge(_Server):
                 self.pending.append(msg)
 
 
-class Zygote(_Server):
-    """The CPU zygote, confined once, forking a fresh child per evaluation. Its evaluation
-    directories live under its own root, the only place it may write."""
-
-    def __init__(self):
-        self.root = Path(tempfile.mkdtemp(prefix="ablate-zygote-", dir=scratch()))
-        self.root.chmod(0o755)
-        self.confined = bool(confinement().mode)
-        # the interpreter as invoked, not its real path: a venv's python finds its site-packages from there
-        cmd, self.inner_root, inner_kit = confinement().wrap(self.root, kit(), [sys.executable, "-E", "-B", "-c", BOOT],
-                                                             "cpu")
-        cmd += [inner_kit, "{fd}", "zygote"]
-        env = candidate_env(self.inner_root, "cpu")
-        super().__init__(cmd, env, str(self.root))
-        self.inner = None  # the zygote's pid inside its namespace, from "hello"
-        self.exits: dict[int, int] = {}
-
-    def pump(self, limit: float) -> dict | None:
-        """The next message that is not a child's exit (exits are recorded), or None on timeout."""
-        deadline = time.monotonic() + limit
-        while True:
-            try:
-                got = self.ch.recv(max(0.0, deadline - time.monotonic()))
-            except (_channel.Closed, _channel.Malformed):
-                raise EvaluatorFailure(f"zygote process died: {self.log_tail()}") from None
-            if got is None:
-                return None
-            msg, fds = got
-            _channel.close_all(fds)
-            if msg.get("kind") == "exit":
-                self.exits[msg["pid"]] = msg["returncode"]
-            else:
-                return msg
-
-    def start(self) -> None:
-        msg = self.pump(120)
-        if not msg or msg.get("kind") != "hello":
-            raise EvaluatorFailure(f"zygote did not start: {self.log_tail()}")
-        self.inner = msg["pid"]
-
-    def outer_pid(self, inner: int) -> int | None:
-        return _outer_pid(self.proc.pid, inner, self.confined)
-
-    def sweep(self) -> None:
-        """Kill every process in the sandbox but the zygote and its ancestors up to the sandbox."""
-        zyg = self.outer_pid(self.inner)
-        if zyg is None:
-            return
-        keep, p = {zyg}, zyg
-        while p not in (self.proc.pid, 1, 0):
-            try:
-                p = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                break
-            keep.add(p)
-        _sigkill([q for q in descendants(self.proc.pid if self.confined else zyg) if q not in keep])
-
-    def close(self) -> None:
-        if self.alive():
-            _sigkill(descendants(self.proc.pid))
-        super().close()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
 class Candidate:
-    """What the supervisor holds of one candidate: its socket to the judge (handed to the judge),
-    its log, its evaluation directory, and how to watch and kill its processes."""
+    """One candidate: a fresh interpreter in a sandbox of its own, for one evaluation. It may be
+    started ahead of its evaluation (a spare): it imports torch, sets the device up, and waits
+    for the judge's "go", having run nothing else. What the supervisor holds of it: its socket to
+    the judge (handed to the judge), the tail of its output, its evaluation directory, and how to
+    watch and kill its processes."""
 
-    sandbox = "bwrap"
-    work: Path
-    inner: str  # the evaluation directory as the candidate sees it
-    judge_end: _channel.Channel | None
-    log = None
-    pid = -1
     python = os.path.realpath(sys.executable)
+
+    def __init__(self, device: str):
+        conf = confinement()
+        self.confined, self.sandbox = bool(conf.mode), conf.kind
+        self.root = Path(tempfile.mkdtemp(prefix="ablate-cand-", dir=scratch()))
+        self.root.chmod(0o755)
+        (self.root / "kit").mkdir(mode=0o755)  # the kit's mount point
+        self.work, self.name = evaluation_dir(self.root, self.confined)
+        mine, theirs = _channel.pair()
+        cmd, inner_root, inner_kit = conf.wrap(self.root, kit(), [sys.executable, "-E", "-B", "-c", BOOT], device)
+        self.inner = f"{inner_root}/{self.name}"  # the evaluation directory as the candidate sees it
+        cmd += [inner_kit, str(theirs.fileno())]
+        out_r, out_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w, cwd=self.root,
+                                         env=candidate_env(self.inner, device, self.confined),
+                                         start_new_session=True, pass_fds=[theirs.fileno()])
+        except BaseException:
+            os.close(out_r)
+            raise
+        finally:
+            os.close(out_w)
+            theirs.close()
+        self.output = OutputTail(out_r)
+        self.judge_end: _channel.Channel | None = _channel.Channel(mine)
+        self.pid = self.proc.pid
+        self.ns: str | None = None  # its sandbox's PID namespace, once seen
+        self.init: int | None = None  # that namespace's init (bubblewrap's), seen from here
+
+    def submit(self, data: bytes) -> None:
+        """kernel.py into the fresh evaluation directory: nothing stale beside it, no link followed."""
+        write_new(self.root, (self.name, "submission", "kernel.py"), data)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def poll(self) -> int | None:
+        rc = self.proc.poll()
+        if self.confined and rc is not None and rc > 128:
+            return 128 - rc  # bubblewrap reports its child's fatal signal as 128 + signal
+        return rc
+
+    def _note_namespace(self) -> None:
+        if self.confined and self.ns is None:
+            for p in children(self.proc.pid):
+                ns = pid_namespace(p)
+                if ns is not None and ns != pid_namespace(self.proc.pid):
+                    self.ns, self.init = ns, p
+                    return
 
     def processes(self) -> list[int]:
         """The candidate's process tree, each process before its children."""
-        raise NotImplementedError
+        if not self.alive():
+            return []
+        self._note_namespace()
+        return [self.proc.pid, *descendants(self.proc.pid)]
+
+    def private_bytes(self) -> int:
+        """Bytes written to its private tmpfs (what files there hold: memory no process's RSS shows)."""
+        if self.init is None:
+            return 0
+        try:
+            st = os.statvfs(f"/proc/{self.init}/root/tmp")
+        except OSError:
+            return 0
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
 
     def helpers(self) -> list[tuple[int, str, bool]]:
         """(pid, program, is a Python) of each process in the candidate's tree other than its one
-        Python interpreter (the first met from the root), its sandbox, and system or toolchain
-        programs its libraries start. A Python here may be a child between fork and exec (a
-        compiler's subprocess): the supervisor counts one only when it is still there later."""
+        Python interpreter (the first met from the root), its sandbox, and the compilers and build
+        tools its libraries start (BUILD_TOOLS, from system or toolchain directories). A Python
+        here may be a child between fork and exec (a compiler's subprocess): the supervisor counts
+        one only when it is still there later."""
         found, main = [], False
         trusted = SYSTEM_PROGRAMS + tuple(os.path.join(p, "") for p in {sys.prefix, sys.base_prefix})
         for p in self.processes():
@@ -437,131 +555,55 @@ class Candidate:
             if base == "bwrap" or (python and not main):
                 main = main or python
                 continue
-            if not python and (os.path.realpath(exe).startswith(trusted) or "/" not in exe):
-                continue  # a system program; or one gone before its path could be read (only its name)
+            if not python and "/" not in exe:
+                continue  # gone before its path could be read (only its name): nothing left to judge
+            if not python and os.path.realpath(exe).startswith(trusted) and self._build_step(p, exe):
+                continue
             found.append((p, exe, python))
         return found
 
+    @staticmethod
+    def _build_step(pid: int, exe: str) -> bool:
+        name = tool_name(exe)
+        if name in BUILD_TOOLS:
+            return True
+        if name in SHELLS:
+            script = _script(pid)
+            parent = _parent(pid)
+            up = program(parent) if parent else None
+            return (script is not None and tool_name(script) in BUILD_TOOLS) or \
+                (up is not None and tool_name(up.removesuffix(" (deleted)")) in _BUILDERS)
+        return False
+
     def log_tail(self) -> str:
-        return tail(self.log) if self.log is not None else ""
+        return self.output.text()
 
     def kill(self) -> None:
-        raise NotImplementedError
-
-    def owned(self) -> Path:
-        """The directory this candidate leaves behind when closed."""
-        raise NotImplementedError
+        """Kill its whole sandbox: the namespace's init first (the kernel then kills every
+        process in the namespace, however it was started), bubblewrap, then any process still
+        found in the namespace, until none is left."""
+        self._note_namespace()
+        if self.init is not None and self.proc.poll() is None:
+            _sigkill([self.init])
+            try:
+                self.proc.wait(2)  # bubblewrap reaps its init and exits
+            except subprocess.TimeoutExpired:
+                pass
+        kill_popen(self.proc)
+        if self.ns is not None:
+            deadline = time.monotonic() + 10
+            while (left := in_namespace(self.ns)) and time.monotonic() < deadline:
+                _sigkill(left)
+                time.sleep(0.01)
 
     def close(self) -> None:
-        """Kill it and everything it left, close its socket and log, remove its directory."""
+        """Kill it and everything it left, close its socket and output, remove its directory."""
         self.kill()
         if self.judge_end is not None:
             self.judge_end.close()
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-        shutil.rmtree(self.owned(), ignore_errors=True)
-
-
-class Spawned(Candidate):
-    """A candidate in a fresh interpreter (the GPU path). It may be started ahead of its
-    evaluation (a spare): it imports torch, sets CUDA up, and waits for the judge's "go"."""
-
-    def __init__(self, device: str):
-        self.root = Path(tempfile.mkdtemp(prefix="ablate-cand-", dir=scratch()))
-        self.root.chmod(0o755)
-        self.work, name = evaluation_dir(self.root)
-        conf = confinement()
-        self.sandbox = conf.kind
-        mine, theirs = _channel.pair()
-        cmd, inner_root, inner_kit = conf.wrap(self.root, kit(), [sys.executable, "-E", "-B", "-c", BOOT], device)
-        self.inner = f"{inner_root}/{name}"
-        cmd += [inner_kit, str(theirs.fileno())]
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-                                     cwd=self.root, env=candidate_env(self.inner, device), start_new_session=True,
-                                     pass_fds=[theirs.fileno()])
-        theirs.close()
-        self.judge_end = _channel.Channel(mine)
-        self.pid = self.proc.pid
-        self.confined = bool(conf.mode)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def poll(self) -> int | None:
-        rc = self.proc.poll()
-        if self.confined and rc is not None and rc > 128:
-            return 128 - rc  # bubblewrap reports its child's fatal signal as 128 + signal
-        return rc
-
-    def processes(self) -> list[int]:
-        return [self.proc.pid, *descendants(self.proc.pid)] if self.alive() else []
-
-    def outer_pid(self, inner: int) -> int | None:
-        return _outer_pid(self.proc.pid, inner, self.confined)
-
-    def kill(self) -> None:
-        kill_popen(self.proc)
-
-    def owned(self) -> Path:
-        return self.root  # its own root: one evaluation directory in it
-
-
-class Forked(Candidate):
-    """A candidate forked from a warm zygote (the CPU path)."""
-
-    def __init__(self, zygote: Zygote, device: str):
-        self.zygote = zygote
-        self.sandbox = confinement().kind if zygote.confined else "none"
-        self.work, name = evaluation_dir(zygote.root)
-        _bwrap.chown_tree(self.work, Confinement.uid_for(str(zygote.root)) if zygote.confined else -1)
-        self.inner = f"{zygote.inner_root}/{name}"
-        mine, theirs = _channel.pair()
-        self.log = tempfile.TemporaryFile()
-        try:
-            try:
-                zygote.send("fork", fds=[theirs.fileno(), self.log.fileno()], env=candidate_env(self.inner, device),
-                            cwd=f"{self.inner}/submission")
-            finally:
-                theirs.close()
-            msg = zygote.pump(60)
-            if not msg or msg.get("kind") != "forked":
-                raise EvaluatorFailure(f"zygote did not fork: {zygote.log_tail()}")
-        except (_channel.Closed, EvaluatorFailure) as e:
-            # it may have died after it was last seen alive (a candidate that killed it): the
-            # caller starts a fresh interpreter instead, and nothing of this attempt stays behind
-            mine.close()
-            self.log.close()
-            shutil.rmtree(self.work, ignore_errors=True)
-            raise EvaluatorFailure(f"the zygote is gone: {e}") from None
-        self.judge_end = _channel.Channel(mine)
-        self.inner_pid = msg["pid"]
-        self.pid = zygote.outer_pid(self.inner_pid) or -1
-
-    def poll(self) -> int | None:
-        if not self.zygote.alive():
-            return -signal.SIGKILL  # the candidate took its zygote down with it
-        try:
-            self.zygote.pump(0)
-        except EvaluatorFailure:
-            return -signal.SIGKILL  # its socket closed: it is dying
-        return self.zygote.exits.get(self.inner_pid)
-
-    def processes(self) -> list[int]:
-        return [self.pid, *descendants(self.pid)] if self.pid > 0 and self.poll() is None else []
-
-    def outer_pid(self, inner: int) -> int | None:
-        return self.zygote.outer_pid(inner)
-
-    def kill(self) -> None:
-        if self.pid > 0 and self.poll() is None:
-            _sigkill([self.pid, *descendants(self.pid)])
-        if self.zygote.alive():
-            self.zygote.sweep()
-
-    def owned(self) -> Path:
-        return self.work  # the zygote's root is the zygote's
+            self.judge_end = None
+        self.output.close()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 class Pool:
@@ -592,28 +634,29 @@ class Pool:
 
 
 class Spares:
-    """One candidate started ahead per key, so an evaluation on the GPU path need not wait for
-    torch to import and CUDA to start. Each is still a fresh process that ran nothing yet."""
+    """One candidate started ahead per key, so an evaluation need not wait for torch to import and
+    the device to start. A spare is fresh until used (it has run nothing but the evaluator's own
+    start-up, in a sandbox of its own) and used once: take() hands it out and forgets it."""
 
     def __init__(self):
         self.idle: dict = {}
         self.lock = threading.Lock()
 
-    def take(self, key, device: str) -> Spawned:
+    def take(self, key, device: str) -> Candidate:
         with self.lock:
             spare = self.idle.pop(key, None)
         if spare is not None and spare.alive():
             return spare
         if spare is not None:
             spare.close()
-        return Spawned(device)
+        return Candidate(device)
 
     def refill(self, key, device: str) -> None:
         if os.environ.get("ABLATE_EVAL_SPARE") == "0":
             return
         with self.lock:
             if key not in self.idle:
-                self.idle[key] = Spawned(device)
+                self.idle[key] = Candidate(device)
 
     def close(self) -> None:
         with self.lock:
@@ -623,7 +666,6 @@ class Spares:
 
 
 JUDGES = Pool(Judge)
-ZYGOTES = Pool(Zygote)
 SPARES = Spares()
 
 
@@ -631,7 +673,6 @@ SPARES = Spares()
 def shutdown() -> None:
     """Stop the warm processes (they also exit when this process does: their sockets close)."""
     JUDGES.close()
-    ZYGOTES.close()
     SPARES.close()
     for d in _KIT:
         for p in [d, *d.rglob("*")]:

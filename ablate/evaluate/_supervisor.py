@@ -1,8 +1,12 @@
 """evaluate(): the supervisor. It checks the file, hands the request to a warm judge process,
-starts the candidate once the judge is ready (forked from a warm zygote on CPU, a fresh
-interpreter on GPU), hands the candidate's socket to the judge, watches the candidate (time
-limit, memory limit, death, helper processes) and returns the judge's verdict. It runs in the
-caller's process, so it imports nothing heavy (no torch) and runs no submitted code."""
+takes a fresh candidate interpreter (a spare started ahead, or one started now while the judge
+sets up: on CPU as on GPU, one sandbox per evaluation), writes kernel.py into its evaluation
+directory once the judge is ready, hands the candidate's socket to the judge, watches the
+candidate (time limit, memory limit counting its private tmpfs, death, helper processes), kills
+its whole sandbox and returns the judge's verdict. A judge that fails because of what the
+candidate sent it says so ("cause": "candidate"): that is a rejection (protocol_violation), not
+an evaluator failure. It runs in the caller's process, so it imports nothing heavy (no torch) and
+runs no submitted code."""
 from __future__ import annotations
 
 import hashlib
@@ -128,21 +132,12 @@ def evaluate(operator: str, submission: str | Path, shapes: str = "eval", seed: 
     return result
 
 
-def _use_zygote(device: str) -> bool:
-    """Fork CPU candidates from a warm zygote (started alongside the judge) when no GPU is in
-    sight. ABLATE_EVAL_ZYGOTE=0 gives every candidate a fresh interpreter, as on a GPU."""
-    if os.environ.get("ABLATE_EVAL_ZYGOTE") == "0":
-        return False
-    return device == "cpu" or (device == "auto" and not os.path.exists("/dev/nvidiactl"))
-
-
 def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progress=None) -> dict:
     key = (req["device"], os.environ.get("CUDA_VISIBLE_DEVICES"))
     conf = _servers.confinement()
-    zygote = _servers.ZYGOTES.acquire(key) if _use_zygote(req["device"]) else None
     judge = _servers.JUDGES.acquire(key)
-    spare = None if zygote else _servers.SPARES.take(key, req["device"])  # importing torch already
-    cand, judge_ok, zygote_ok = None, False, True
+    cand = _servers.SPARES.take(key, req["device"])  # importing torch already, or from now, beside the judge
+    judge_ok, phases = False, {}
     source_fd = _channel.write_sealed("submission", [data])
     try:
         t0 = time.monotonic()  # before the send: the judge starts its setup on receiving it
@@ -151,20 +146,12 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
         if ready.get("kind") == "error":
             judge_ok = True  # a bad request; the judge itself is fine
             raise AblateError(ready["message"])
+        if ready.get("kind") == "failure":
+            raise EvaluatorFailure(f"the judge process failed: {ready.get('message')}")
         dev = ready["device"]
         phases = {"judge_ready": time.monotonic() - t0,
                   **{f"judge_{k}": float(v) for k, v in (ready.get("setup_s") or {}).items()}}
-        if zygote is not None and dev == "cpu":
-            try:
-                if zygote.inner is None:
-                    zygote.start()
-                cand = _servers.Forked(zygote, req["device"])
-            except EvaluatorFailure:  # no warm start today: a fresh interpreter does the same job
-                zygote_ok = False
-        if cand is None:
-            cand = spare or _servers.Spawned(req["device"])
-            spare = None  # in use: no longer a spare to close
-        (cand.work / "submission" / "kernel.py").write_bytes(data)  # a fresh directory: nothing stale beside it
+        cand.submit(data)
         base["sandbox"] = cand.sandbox
         if conf.note:
             base["sandbox_note"] = conf.note
@@ -172,6 +159,8 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
                    kit=f"{_servers.INNER_ROOT}/kit" if cand.sandbox == "bwrap" else str(_servers.kit()))
         cand.judge_end.close()
         cand.judge_end = None
+        if dev == "cpu":  # no device timing to disturb: the next candidate starts now, beside this one
+            _servers.SPARES.refill(key, req["device"])
         limit = float(timeout_s or DEFAULT_TIMEOUT_S[dev])
         mem_gb = float(memory_limit_gb or os.environ.get("ABLATE_EVAL_MEMORY_GB") or 0.5 * _memtotal_gb())
         go_t, timed_out, oom, helpers, pythons = time.monotonic(), False, False, set(), {}
@@ -180,54 +169,72 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
                 timed_out = True
                 break
             procs = cand.processes()
-            if _servers.tree_rss(procs) > mem_gb * 2**30:
+            if _servers.tree_rss(procs) + cand.private_bytes() > mem_gb * 2**30:
                 oom = True
                 break
             helpers |= _lasting_helpers(cand.helpers(), pythons, time.monotonic())
-            if not judge.alive():
-                raise EvaluatorFailure(f"the judge process died: {judge.log_tail()}")
             judge.progress(progress)
+            if _blamed(judge.pending) or not judge.alive():
+                break  # the judge gave up on this candidate, or died: see below
             time.sleep(0.02)
         if rc is None:
             cand.kill()
-            deadline = time.monotonic() + 2
-            while (rc := cand.poll()) is None and time.monotonic() < deadline:
-                time.sleep(0.02)
+            rc = cand.poll()
         phases["candidate"] = time.monotonic() - go_t
-        cand.kill()  # anything it left behind
-        parent_killed = isinstance(cand, _servers.Forked) and not zygote.alive()
-        zygote_ok = zygote_ok and not parent_killed
-        judge.send("end", returncode=rc, timed_out=timed_out, oom=oom, limit_s=limit, parent_killed=parent_killed,
+        cand.kill()  # anything it left behind: its whole sandbox
+        judge.progress(progress)  # what the judge said before it stopped, if it did
+        if (blame := _blamed(judge.pending)) is not None:
+            return _protocol_violation(base, blame, phases)
+        if not judge.alive():
+            said = [m for m in judge.pending if m.get("kind") == "failure"]
+            raise EvaluatorFailure(f"the judge process failed: {said[0].get('message')}" if said else
+                                   f"the judge process died: {judge.log_tail()}")
+        judge.send("end", returncode=rc, timed_out=timed_out, oom=oom, limit_s=limit,
                    memory_limit_gb=round(mem_gb, 1), log_tail=cand.log_tail(), helpers=sorted(helpers))
         t1 = time.monotonic()
         msg = _answer(judge, progress)
         phases["judge_result"] = time.monotonic() - t1
+        if _blamed([msg]) is not None:
+            return _protocol_violation(base, msg, phases)
         judge_ok = msg.get("kind") == "result"
         if not judge_ok:
             raise EvaluatorFailure(f"unexpected message from the judge: {msg!r:.300}")
-        if isinstance(cand, _servers.Spawned):  # the next evaluation's candidate starts now, after the
-            _servers.SPARES.refill(key, req["device"])  # timing, so its start-up cannot disturb it
+        # on a GPU the next evaluation's candidate starts now, after the timing, so its start-up cannot disturb it
+        _servers.SPARES.refill(key, req["device"])
         result = dict(msg["result"])
         # from the candidate's socket handed over to its import report: its start-up, unless a spare was ready
         phases["candidate_start"] = result.pop("candidate_start_s", None) or 0.0
         return {**base, **result, "phase_seconds": {k: round(v, 3) for k, v in phases.items()}}
     finally:
         _channel.close_all([source_fd])
-        if spare is not None:  # taken but never started: the bad request ended it
-            spare.close()
-        if cand is not None:
-            if os.environ.get("ABLATE_EVAL_KEEP"):
-                print(f"ablate: evaluation directory kept: {cand.work}")
-                cand.kill()
-            else:
-                cand.close()
-        for pool, server, ok in ((_servers.JUDGES, judge, judge_ok), (_servers.ZYGOTES, zygote, zygote_ok)):
-            if server is None:
-                continue
-            if ok and server.alive():
-                pool.release(key, server)
-            else:
-                server.close()
+        if os.environ.get("ABLATE_EVAL_KEEP"):
+            print(f"ablate: evaluation directory kept: {cand.work}")
+            cand.kill()
+        else:
+            cand.close()
+        if judge_ok and judge.alive():
+            _servers.JUDGES.release(key, judge)
+        else:
+            judge.close()
+
+
+def _blamed(messages) -> dict | None:
+    """The judge's failure message that names the candidate as its cause, if any."""
+    for m in messages:
+        if m.get("kind") == "failure" and m.get("cause") == "candidate":
+            return m
+    return None
+
+
+def _protocol_violation(base: dict, msg: dict, phases: dict) -> dict:
+    """The judge broke on what the candidate sent it: the candidate's rejection, never an
+    evaluator failure (a runner would retry that as infrastructure)."""
+    why = str(msg.get("message") or "the judge could not read what the candidate sent")[-4000:]
+    checks = {c: "fail" if c == "protocol_violation" else "skip" for c in REASONS}
+    return {**base, "verdict": "rejected", "reasons": ["protocol_violation"], "details": {"protocol_violation": why},
+            "timing": "none", "device": _versions(), "ceilings": None, "checks": checks, "shapes": [],
+            "geomean_speedup": None, "flags": [], "static_flags": [],
+            "phase_seconds": {k: round(v, 3) for k, v in phases.items()}}
 
 
 HELPER_PYTHON_S = 0.1  # a second Python that is still one this long after it was seen is a helper
@@ -248,10 +255,11 @@ def _lasting_helpers(found, pythons: dict, now: float) -> set[str]:
 
 
 def _answer(judge, progress=None) -> dict:
-    """The judge's next message that is not a progress line (those go to `progress`)."""
+    """The judge's next message that is not a progress line (those go to `progress`). A failure
+    it caused itself raises EvaluatorFailure; one it blames on the candidate is returned."""
     while (msg := judge.says(JUDGE_TIMEOUT_S)).get("kind") == "progress":
         if progress is not None:
             progress(str(msg.get("message")))
-    if msg.get("kind") == "failure":
-        raise EvaluatorFailure(f"the judge process failed: {msg['message']}")
+    if msg.get("kind") == "failure" and _blamed([msg]) is None:
+        raise EvaluatorFailure(f"the judge process failed: {msg.get('message')}")
     return msg

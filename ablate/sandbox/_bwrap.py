@@ -178,9 +178,14 @@ def toolchain_paths() -> list[Path]:
 
 
 def argv(binary: str, binds: list[tuple[Path, str, bool]], mode: str, gpu: bool, hide: list[Path],
-         tmp_bytes: int, chdir: str | None = None) -> list[str]:
+         tmp_bytes: int, chdir: str | None = None, tmp_dirs: tuple[str, ...] = ()) -> list[str]:
     """The bwrap command line, up to and including ``--``. binds: (host path, path inside,
-    writable), mounted after everything else."""
+    writable), mounted after everything else. tmp_dirs: folders made in the private /tmp, open to
+    the sandbox's user (a HOME and caches that live and die with the sandbox).
+
+    Always a PID namespace of its own, whose init is bubblewrap's: when that init dies, the kernel
+    kills every process in the namespace, however it was started (a new session, a double fork),
+    and it dies with whoever started bubblewrap (``--die-with-parent``)."""
     opts = version(binary)[1]
     a = [binary, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if mode == "root":
@@ -188,7 +193,9 @@ def argv(binary: str, binds: list[tuple[Path, str, bool]], mode: str, gpu: bool,
         a += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
               "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        a += ["--unshare-all"]
+        a += ["--unshare-all", "--unshare-user"]
+        # no user namespace of its own inside: nothing in it gains capabilities over anything
+        a += ["--disable-userns"] if "--disable-userns" in opts else []
     system = [Path("/usr"), Path("/etc")]
     a += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
@@ -200,6 +207,8 @@ def argv(binary: str, binds: list[tuple[Path, str, bool]], mode: str, gpu: bool,
     # The private /tmp first, so an interpreter that lives under /tmp (a venv) is bound over it.
     a += ["--perms", "1777"] if "--perms" in opts else []  # /tmp writable by the sandbox uid
     a += (["--size", str(tmp_bytes)] if "--size" in opts else []) + ["--tmpfs", "/tmp"]
+    for d in tmp_dirs:
+        a += (["--perms", "1777"] if "--perms" in opts else []) + ["--dir", f"/tmp/{d}"]
     made: set[Path] = {Path("/tmp")}
 
     def bind_ro(p: Path) -> None:
