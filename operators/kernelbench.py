@@ -12,11 +12,29 @@ get_inputs(); the other distributions redraw its float tensors (same shape and d
 non-negative values where the problem's own inputs are non-negative (log, sqrt), so the check
 also runs on inputs the file did not anticipate; tiny_rows keeps its smallest rows tiny, not zero
 (a zero row makes an argmax tie or a matrix singular).
+
+What counts as a passthrough is what the reference dispatches, not how its source spells it: at
+load time Model.forward runs once on the meta device (shapes only, nothing computed) under a
+dispatch mode, and every ATen operator it dispatches below autograd (a composite one, F.linear or
+F.kl_div, as what it decomposes into) is in `library_ops` (views, allocations and copies aside).
+An alias (nn.KLDivLoss for F.kl_div, F.relu for torch.relu), the problem's own modules re-used in
+ModelNew (nn.Sequential, nn.Linear) or a mirrored call (torch.mm for matmul) dispatch the same
+operators.
+A problem that cannot run on the meta device keeps only the dotted torch calls of its source
+(`library_calls`) and is listed in UNTRACED.
+
+A problem whose output barely depends on its input passes every check with a constant output
+(KernelBench 3_DeepNarrowMLP: deep narrow ReLU layers). At load time two independent input draws
+are run (when the problem is small enough to run quickly on the CPU): outputs that agree within
+the tolerance flag it in INSENSITIVE (name -> why), returned by flags(op) and said on stderr when
+the problem is loaded.
 """
 from __future__ import annotations
 
 import ast
 import re
+import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +56,20 @@ TOLERANCE = {"float32": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-2
 _NOT_PASSTHROUGH = {"torch.empty", "torch.empty_like", "torch.zeros", "torch.zeros_like", "torch.ones",
                     "torch.ones_like", "torch.full", "torch.full_like", "torch.arange", "torch.tensor",
                     "torch.randn", "torch.rand", "torch.randint", "torch.nn.Parameter", "torch.nn.Module"}
+# ATen operators that compute nothing (views, shapes, allocations, copies and casts): a kernel's own
+# code uses them around its work; their use is never a passthrough.
+NEUTRAL_OPS = frozenset("aten::" + n for n in (
+    "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill_", "zero_", "scalar_tensor",
+    "lift_fresh", "lift_fresh_copy", "resize_", "to", "_to_copy", "copy_", "clone", "contiguous", "detach", "alias",
+    "view", "_unsafe_view", "reshape", "view_as", "reshape_as", "as_strided", "expand", "expand_as", "t", "transpose",
+    "permute", "unsqueeze", "squeeze", "flatten", "unflatten", "select", "slice", "narrow", "numpy_T", "item",
+    "_local_scalar_dense", "result_type", "size", "stride", "dim", "is_same_size", "unbind", "split", "chunk",
+    "split_with_sizes", "movedim", "moveaxis", "type_as", "_reshape_alias", "arange", "resolve_conj", "resolve_neg"))
+UNTRACED: dict[str, str] = {}  # problem -> why its reference could not be traced
+INSENSITIVE: dict[str, str] = {}  # problem -> why its output counts as insensitive to its input
+CHECK_FLOPS = 2e9  # the input-sensitivity check runs when a problem is at most this many FLOPs ...
+CHECK_BYTES = 256 << 20  # ... and this many bytes of inputs, parameters and outputs
 
 
 def problem_dir(path: str | Path, level: int) -> Path:
@@ -76,6 +108,54 @@ def _library_calls(source: str) -> tuple[str, ...]:
     short = {re.sub(r"^torch\.nn\.functional\.", "F.", n) for n in found} | {
         re.sub(r"^torch\.nn\.", "nn.", n) for n in found}
     return tuple(sorted(found | short))
+
+
+def dispatched_ops(build) -> tuple[str, ...]:
+    """The ATen operators a computation dispatches below autograd: build() -> (fn, inputs), run
+    once on the meta device under a dispatch mode. A composite operator (F.linear, F.kl_div,
+    torch.matmul) shows as what it decomposes into (addmm, the sum and logs of kl_div, mm): what
+    computes, on every device. What a device's kernel calls inside is not seen. Views,
+    allocations and copies are left out (NEUTRAL_OPS). Raises when the computation cannot run on
+    the meta device."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    found: set[str] = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            found.add(func._schema.name)
+            return func(*args, **(kwargs or {}))
+
+    with torch.random.fork_rng(), torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fn, inputs = build()
+        with torch.no_grad(), Record():
+            fn(*inputs)
+    return tuple(sorted(n for n in found if n.startswith("aten::") and n not in NEUTRAL_OPS))
+
+
+def _insensitive(op: Operator, make_inputs, reference, shape) -> str | None:
+    """Why the problem's output barely depends on its input: the reference's output on one draw of
+    the problem's own inputs passes the operator's check (the one rule) against another draw, so
+    a constant output passes there. None when it does not. The message names the distributions
+    where the constant also passes, and those where it fails (where the judge still catches it)."""
+    from operators._operator import DISTRIBUTIONS
+
+    with torch.random.fork_rng(), torch.no_grad():
+        constant = reference(*make_inputs(shape, 1, "cpu", "normal"))
+        passes = {d: op.verify(constant, make_inputs(shape, 2, "cpu", d)).ok for d in DISTRIBUTIONS}
+    if not passes["normal"]:
+        return None
+    failing = [d for d, ok in passes.items() if not ok]
+    return ("its output barely depends on its input: the reference's output on one draw of its inputs passes the "
+            "check on another draw, so a constant output passes " +
+            ("on every input distribution" if not failing else f"except on the {', '.join(failing)} distribution(s)"))
+
+
+def flags(op: Operator) -> tuple[str, ...]:
+    """What is known to weaken the judgement of a KernelBench problem: "output_insensitive" (a
+    constant output passes), "untraced" (passthrough judged from its source's spelling only)."""
+    return tuple(f for f, table in (("output_insensitive", INSENSITIVE), ("untraced", UNTRACED)) if op.name in table)
 
 
 def from_file(file: Path, level: int, root: Path | None = None) -> Operator:
@@ -125,9 +205,16 @@ def from_file(file: Path, level: int, root: Path | None = None) -> Operator:
     except Exception:
         dtype = "float32"
     shape = {"problem": stem, "dtype": dtype}
+    name = f"kernelbench/{stem}"
+    try:
+        library_ops = dispatched_ops(lambda: (mod.Model(*mod.get_init_inputs()), tuple(mod.get_inputs())))
+        UNTRACED.pop(name, None)
+    except Exception as e:  # noqa: BLE001 - data-dependent shapes, .item(), an op without a meta kernel
+        library_ops = ()
+        UNTRACED[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
     eager = Baseline("torch_eager", reference)
-    return Operator(
-        name=f"kernelbench/{stem}",
+    op = Operator(
+        name=name,
         goal=(
             f"KernelBench level {level} problem {stem}: write kernel.py computing exactly what "
             "reference.py's Model computes, on the inputs its get_inputs() builds, faster than "
@@ -149,11 +236,23 @@ def from_file(file: Path, level: int, root: Path | None = None) -> Operator:
                 "torch_compile_max_autotune", _runner(mod.Model, mod, "max-autotune"), needs_cuda=True),
         },
         library_calls=_library_calls(file.read_text()),
+        library_ops=library_ops,
         task_files={"reference.py": file},
         why_shapes=f"The sizes KernelBench level {level} fixes for this problem.",
         entry={"kind": "kernelbench", "problem": str(file.resolve()), "seed": SEED},
         source={"source": "kernelbench", "path": str(root or file.parent), "level": level, "names": [stem]},
     )
+    bytes_, flops_ = roofline()
+    INSENSITIVE.pop(name, None)
+    if flops_ <= CHECK_FLOPS and 0 < bytes_ <= CHECK_BYTES:
+        try:
+            why = _insensitive(op, make_inputs, reference, shape)
+        except Exception:  # noqa: BLE001 - a reference that cannot run: the judge reports it
+            why = None
+        if why:
+            INSENSITIVE[name] = why
+            print(f"ablate: warning: {name}: {why}", file=sys.stderr)
+    return op
 
 
 def _numbered(files: list[Path]) -> list[Path]:

@@ -176,3 +176,101 @@ def test_load_set_registers_for_get_and_records_its_source():
     assert operators.get("kernelbench/3_Log") is ops[0]
     again = operators.load_set(ops[0].source)  # the node that loads it in another process
     assert [o.name for o in again] == ["kernelbench/3_Log"]
+
+
+# -- passthrough by what the reference dispatches; problems a constant output would pass -----------
+PROBLEMS = {
+    "1_KLDiv": ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, predictions, targets):\n"
+                "        return torch.nn.functional.kl_div(torch.log(predictions), targets, reduction='batchmean')\n\n\n"
+                "def get_inputs():\n    return [torch.randn(8, 32).softmax(dim=-1), torch.randn(8, 32).softmax(dim=-1)]\n\n\n"
+                "def get_init_inputs():\n    return []\n"),
+    "2_ReLU": ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+               "        return torch.relu(x)\n\n\ndef get_inputs():\n    return [torch.randn(16, 64)]\n\n\n"
+               "def get_init_inputs():\n    return []\n"),
+    "3_DeepNarrowMLP": ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                        "    def __init__(self, input_size, hidden_layer_sizes, output_size):\n        super().__init__()\n"
+                        "        layers, current = [], input_size\n        for h in hidden_layer_sizes:\n"
+                        "            layers += [nn.Linear(current, h), nn.ReLU()]\n            current = h\n"
+                        "        layers.append(nn.Linear(current, output_size))\n        self.network = nn.Sequential(*layers)\n\n"
+                        "    def forward(self, x):\n        return self.network(x)\n\n\n"
+                        "def get_inputs():\n    return [torch.randn(1, 1000)]\n\n\n"
+                        "def get_init_inputs():\n    return [1000, [50] * 8, 10]\n"),
+}
+# ModelNew (or kernel) spellings of each problem: aliases of the library the reference calls, and
+# honest rewrites that compute the same without it
+ALIASES = {
+    "1_KLDiv": "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+               "        super().__init__()\n        self.loss = nn.KLDivLoss(reduction='batchmean')\n\n"
+               "    def forward(self, p, t):\n        return self.loss(p.log(), t)\n",
+    "2_ReLU": "import torch.nn.functional as F\n\n\ndef kernel(x):\n    return F.relu(x)\n",
+    "3_DeepNarrowMLP": "import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                       "    def __init__(self, input_size, hidden_layer_sizes, output_size):\n        super().__init__()\n"
+                       "        layers, current = [], input_size\n        for h in hidden_layer_sizes:\n"
+                       "            layers += [nn.Linear(current, h), nn.ReLU()]\n            current = h\n"
+                       "        layers.append(nn.Linear(current, output_size))\n        self.network = nn.Sequential(*layers)\n\n"
+                       "    def forward(self, x):\n        return self.network(x)\n",
+}
+HONEST_REWRITES = {"2_ReLU": "def kernel(x):\n    return x * (x > 0)\n"}
+
+
+@pytest.fixture
+def problems(tmp_path):
+    level = tmp_path / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    for stem, text in PROBLEMS.items():
+        (level / f"{stem}.py").write_text(text)
+    return tmp_path
+
+
+def _dispatched(op, tmp_path, source, name):
+    """The ATen operators a submission dispatches on the problem's inputs (meta device)."""
+    from operators import _meta
+
+    sub = _submission(tmp_path, source, name)
+    inputs = _meta.to_meta(op.make_inputs(op.shapes["eval"][0], 0, "cpu", "normal"))
+    return set(kernelbench.dispatched_ops(lambda: (op.kernel_of(sub), inputs)))
+
+
+def test_library_ops_are_what_the_reference_dispatches_so_aliases_share_them(problems, tmp_path):
+    ops = {o.name.split("/")[1]: o for o in kernelbench.load(problems, 1)}
+    assert "aten::relu" in ops["2_ReLU"].library_ops
+    assert {"aten::addmm", "aten::relu"} <= set(ops["3_DeepNarrowMLP"].library_ops)  # nn.Sequential's layers
+    assert "aten::xlogy" in ops["1_KLDiv"].library_ops  # F.kl_div, as what it decomposes into
+    assert not {"aten::t", "aten::view", "aten::empty"} & set(ops["3_DeepNarrowMLP"].library_ops)  # no views, allocations
+    for stem, source in ALIASES.items():
+        assert _dispatched(ops[stem], tmp_path, source, f"alias_{stem}") & set(ops[stem].library_ops), stem
+    for stem, source in HONEST_REWRITES.items():
+        assert not _dispatched(ops[stem], tmp_path, source, f"honest_{stem}") & set(ops[stem].library_ops), stem
+
+
+def test_the_old_spelling_check_missed_every_alias(problems):
+    """What the adapter listed before: dotted torch calls written in Model.forward. None of the
+    aliases above calls one of them by that name."""
+    ops = {o.name.split("/")[1]: o for o in kernelbench.load(problems, 1)}
+    from ablate.evaluate import _static
+
+    for stem, source in ALIASES.items():
+        assert _static.passthrough(_static.parse(source)[0], ops[stem].library_calls) == [], stem
+
+
+def test_a_problem_whose_output_barely_depends_on_its_input_is_flagged_when_loaded(problems, capsys):
+    ops = {o.name.split("/")[1]: o for o in kernelbench.load(problems, 1)}
+    assert kernelbench.flags(ops["3_DeepNarrowMLP"]) == ("output_insensitive",)
+    assert "kernelbench/3_DeepNarrowMLP" in kernelbench.INSENSITIVE
+    assert "kernelbench/3_DeepNarrowMLP: its output barely depends on its input" in capsys.readouterr().err
+    assert kernelbench.flags(ops["2_ReLU"]) == ()
+    mlp = ops["3_DeepNarrowMLP"]  # the reason: on its own inputs a constant output is judged correct
+    inputs = mlp.make_inputs(mlp.shapes["eval"][0], 5, "cpu", "normal")
+    constant = mlp.reference(*mlp.make_inputs(mlp.shapes["eval"][0], 9, "cpu", "normal"))
+    assert mlp.verify(constant, inputs).ok
+    assert "large" in kernelbench.INSENSITIVE["kernelbench/3_DeepNarrowMLP"]  # where the judge still catches it
+
+
+def test_an_alias_is_judged_a_library_passthrough(problems, tmp_path):
+    from ablate.evaluate import evaluate
+
+    (tmp_path / "kernel.py").write_text(ALIASES["1_KLDiv"])
+    node = {"source": "kernelbench", "path": str(problems), "level": 1}
+    r = evaluate("kernelbench/1_KLDiv", tmp_path / "kernel.py", shapes="smoke", seed=1, draws=1, timing=False,
+                 operator_set=node)
+    assert "library_passthrough" in r["reasons"], r["details"]
