@@ -152,7 +152,7 @@ def spend_panels(curves: dict[str, pd.DataFrame]) -> tuple[dict[str, pd.DataFram
     """The best-so-far curves that get a panel, and the spends no trial recorded (all 0: a
     scripted model's dollars), named for the title instead of an empty panel."""
     curves = {by: c for by, c in curves.items() if not c.empty}
-    missing = [SPEND.get(by, by) for by, c in curves.items() if not (c[by] > 0).any()]
+    missing = [{"cost_usd": "cost"}.get(by, SPEND.get(by, by)) for by, c in curves.items() if not (c[by] > 0).any()]
     return {by: c for by, c in curves.items() if (c[by] > 0).any()}, missing
 
 

@@ -318,4 +318,4 @@ def test_a_spend_nobody_recorded_gets_no_panel_but_a_word(tmp_path):
     write_trial(tmp_path, "goal_only", 0, 1.5, cost_usd=0.0, evaluate_calls=[1.2])
     s = tables.summary(tmp_path / "study", activity=True)
     shown, missing = plots.spend_panels({by: s[f"best_by_{by}"] for by in ("turn", "tokens", "cost_usd")})
-    assert list(shown) == ["turn", "tokens"] and missing == ["dollars"]
+    assert list(shown) == ["turn", "tokens"] and missing == ["cost"]  # the title says "no cost recorded"
