@@ -149,6 +149,8 @@ class Confinement:
         if not self.mode:
             return command, str(root), str(kit)
         uid = self.uid_for(str(root)) if self.mode == "root" else -1
+        if uid >= 0:
+            EVAL_UIDS.add(uid)
         binds = [(root, INNER_ROOT, False), (kit, f"{INNER_ROOT}/kit", False)]
         gpu = device != "cpu" and bool(_bwrap.gpu_devices())
         a = _bwrap.argv(self.binary, binds, self.mode, gpu, _bwrap.project_paths(), TMP_BYTES, chdir="/tmp",
@@ -159,6 +161,7 @@ class Confinement:
 
 _CONFINEMENT: list[Confinement] = []
 _KIT: list[Path] = []
+EVAL_UIDS: set[int] = set()  # the uids candidates ran as in this process (a root runner): none owns a host file
 
 
 def confinement() -> Confinement:
