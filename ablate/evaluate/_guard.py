@@ -147,8 +147,12 @@ def install(submission_dir: str, kit_dir: str):
                                                          bytes.decode)
     lstat, readlink, getcwd, environ = posix.lstat, posix.readlink, posix.getcwd, posix.environ
     islink = lambda mode: (mode & 0o170000) == 0o120000  # noqa: E731
-    match_mem, tool, tools = _MEM.match, tool_name, BUILD_TOOLS
+    match_mem, tools, version_sub, triplet_sub = _MEM.match, BUILD_TOOLS, _VERSION.sub, _TRIPLET.sub
+    issubclass_, next_, oserror = issubclass, next, OSError
     proxy_names = frozenset(PROXIES)
+
+    def tool(path: str) -> str:  # tool_name, from what is bound here (the module's globals can be rewritten)
+        return version_sub("", triplet_sub("", rsplit(path, "/", 1)[-1]))
 
     def kind(name: str) -> str:
         """'proxy', 'library' or 'submission' for the file a frame runs."""
@@ -194,9 +198,9 @@ def install(submission_dir: str, kit_dir: str):
     def text(p) -> str | None:
         """A path argument as a plain str (bound methods only: a subclass's own methods never run)."""
         t = type_(p)
-        if t is str_ or issubclass(t, str_):
+        if t is str_ or issubclass_(t, str_):
             return str_.__str__(p)
-        if t is bytes_ or issubclass(t, bytes_):
+        if t is bytes_ or issubclass_(t, bytes_):
             return decode(bytes_(p), "utf-8", "replace")
         return None
 
@@ -205,7 +209,7 @@ def install(submission_dir: str, kit_dir: str):
         if not startswith(path, "/"):
             try:
                 path = getcwd() + "/" + path
-            except OSError:
+            except oserror:
                 return path
         out: list = []
         todo = split(path, "/")[::-1]
@@ -222,7 +226,7 @@ def install(submission_dir: str, kit_dir: str):
             try:
                 st = lstat(here)
                 target = readlink(here) if islink(st.st_mode) and hops < 40 else None
-            except OSError:
+            except oserror:
                 target = None
             if target is None or startswith(target, ("pipe:", "socket:", "anon_inode:")):
                 out.append(c)  # a file, a directory, or a link that names no path
@@ -252,14 +256,14 @@ def install(submission_dir: str, kit_dir: str):
         env = args[-1] if event in ("subprocess.Popen", "os.posix_spawn") else args[2] if len_(args) > 2 else None
         path = None
         if type_(env) is dict_:
-            path = next((v for k, v in dict_.items(env) if type_(k) in (str_, bytes_) and text(k) == "PATH"), "")
+            path = next_((v for k, v in dict_.items(env) if type_(k) in (str_, bytes_) and text(k) == "PATH"), "")
         elif env is None:
             path = dict_.get(environ, b"PATH", b"")  # the process's own environment, as os.environ holds it
         for d in split(text(path) or "", ":"):  # the program the start will find: the first on PATH
             cand = (d or ".") + "/" + prog
             try:
                 lstat(cand)
-            except OSError:
+            except oserror:
                 continue
             return startswith(real(cand), programs)
         return False

@@ -301,6 +301,27 @@ def test_a_library_frame_may_start_only_a_build_tool(tmp_path, call, marker):
     assert not _running(marker)
 
 
+GUARD_REWRITTEN = GLOBALS_ROUTE.split(HONEST)[0].replace('''g["tool_name"] = wrap(g["tool_name"])''', '''
+class Everything:  # every program looks like gcc to whoever asks this module's names
+    def sub(self, repl, text):
+        return "gcc"
+g["_TRIPLET"] = g["_VERSION"] = Everything()
+g["tool_name"] = lambda path: "gcc"
+g["BUILD_TOOLS"] = frozenset({"gcc", "sh", "sleep"})
+''') + STARTED_BY_A_FINALIZER.format(call='subprocess.Popen, ["/bin/sh", "-c", "sleep 600.4714"]').replace(
+    "import os, subprocess, torch, weakref", "import os, subprocess, weakref")
+
+
+def test_the_guard_decides_with_what_it_bound_not_its_module_s_names(tmp_path):
+    """The guard's own module is reachable (a method's __globals__): rewriting the names it would
+    have looked up changes nothing it decides, and the rewrite itself is reported."""
+    r = _judge(tmp_path, GUARD_REWRITTEN, timing=True)
+    assert r["verdict"] == "rejected" and {"forbidden_code", "driver_tampered"} <= set(r["reasons"]), r["details"]
+    assert "subprocess.Popen" in r["details"]["forbidden_code"]
+    assert "ablate.evaluate._guard._TRIPLET" in r["details"]["driver_tampered"]
+    assert not _running("600.4714")
+
+
 def test_a_build_tool_a_library_starts_for_the_kernel_is_allowed(tmp_path):
     r = _judge(tmp_path, STARTED_BY_A_FINALIZER.format(call='subprocess.run, ["uname", "-s"], stdout=-3'), timing=True)
     assert r["verdict"] == "accepted", r["details"]
