@@ -50,7 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--seed", type=int, default=None, help="reproducible inputs (default: fresh random seeds)")
     p.add_argument("--no-timing", action="store_true", help="check correctness only")
-    p.add_argument("--cuda-graph", action="store_true", help="time CUDA-graph replays (small kernels)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--draws", type=int, default=3, help="seeds per input distribution and shape")
     p.add_argument("--timeout", type=float, default=None, help="seconds the candidate may run")
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
             operators.load_set(node)
         r = evaluate(a.operator, a.submission, shapes=a.shapes, seed=a.seed, timing=not a.no_timing,
-                     device=a.device, cuda_graph=a.cuda_graph, draws=a.draws, timeout_s=a.timeout,
+                     device=a.device, draws=a.draws, timeout_s=a.timeout,
                      operator_set=node, progress=None if a.quiet else _progress)
     except (AblateError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from ablate.evaluate import _cache, _timing
+from ablate.evaluate import _cache
 
 
 def ceilings(info: dict, note, measure, rate=None) -> dict:
@@ -76,17 +76,14 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
         return {"ms": ms, "skipped": skipped}
     keys = {name: "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
                             ev.op_hash, shape_id(shape), name, ev.mode, str((ev.ceilings or {}).get("id", "")),
-                            "v4"]) for name, _ in todo}  # timed beside these ceilings: measured again with them
+                            "v5"]) for name, _ in todo}  # timed beside these ceilings: measured again with them
     cached = {name: _cache.get("baselines", keys[name]) for name, _ in todo} if ev.device == "cuda" else {}
-    sources = None
     for name, b in todo:
         entry = cached.get(name)
         if entry is None:
             if ev.device == "cuda":  # minutes on a cold cache (torch.compile); cached after
                 ev.note(f"{shape_id(shape)}: timing baseline {name} (once per GPU and versions, then cached)")
-            if sources is None:  # one draw of each distribution: the timing sources
-                sources = [ev.input_set(shape, k, references=False)[0] for k in ev.sources(shape)]
-            entry = measure(ev, b, sources)
+            entry = measure(ev, shape, name)
             if ev.device == "cuda" and not entry.get("contended"):  # a shared GPU's time is used once, not kept
                 _cache.put("baselines", keys[name], entry)
         if entry.get("error"):
@@ -132,31 +129,48 @@ def settled(medians: list[float]) -> float | None:
     return min(medians) if len(medians) >= MAX_RUNS else None
 
 
-def measure(ev, b, sources: list[tuple], timer=None, probe=None) -> dict:
-    """A baseline's time on the timing sources: its time is cached and decides every ratio on this
-    device, so it is timed until two runs agree (settled), and the GPU is probed for another
-    process's load (_gpu.contention), which two runs slowed alike would agree on, both before the
-    runs and after them (a load must then start and stop between two probes to go unseen).
-    timer(fn, live, sources) -> median ms, probe() -> why the GPU is shared or None (tests stand
-    in for both)."""
-    import torch
+def time_library(ev, shape: dict, name: str) -> float:
+    """One timing of a library on a shape: its median per call, by the judge's clock, in the
+    judge's library process (_library), exactly as a candidate is timed (_shape)."""
+    from ablate.evaluate._shape import ShapeJudge, batch_calls
 
+    lib = ev.library()
+    if lib.name != name:
+        lib.use(ev.op.name, ev.cfg.get("operator_node"), name)
+    i = ev.shapes.index(shape)
+    sj = ShapeJudge(ev, i, shape, lib.peer())
+    sj.draws_per_batch = 1
+    fails: dict = {}
+    try:
+        sample = ev.input_set(shape, 0, references=False)[0]
+        sj.open(batch_calls(ev, shape, 1 << 20), sample)
+        del sample
+        timing = sj.time_gpu(fails) if ev.device == "cuda" else sj.time_cpu(fails)
+    finally:
+        sj.close()
+    fails.pop("fatal", None)
+    if timing is None or fails:
+        raise RuntimeError("; ".join(f"{k}: {str(v)[:200]}" for k, v in fails.items()) or "no time")
+    return timing["median"]
+
+
+def measure(ev, shape: dict, name: str, timer=None, probe=None) -> dict:
+    """A baseline's time on a shape: its time is cached and decides every ratio on this device,
+    so it is timed until two runs agree (settled), and the GPU is probed for another process's
+    load (_gpu.contention), which two runs slowed alike would agree on, both before the runs and
+    after them (a load must then start and stop between two probes to go unseen). timer() ->
+    median ms, probe() -> why the GPU is shared or None (tests stand in for both)."""
     from ablate.evaluate import _gpu
 
     try:
-        t0 = time.perf_counter()
-        b.fn(*sources[0])
-        est = (time.perf_counter() - t0) * 1e3
-        live = tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in sources[0])
-        timer = timer or (lambda fn, live, sources: _timing.measure(
-            fn, live, sources, device=ev.device, graph=ev.cfg["cuda_graph"], est_ms=est)["median"])
+        timer = timer or (lambda: time_library(ev, shape, name))
         probe = probe or (lambda: _gpu.contention(ev.ceilings))
         before = probe() if ev.device == "cuda" else None
-        runs = [timer(b.fn, live, sources)]
+        runs = [timer()]
         if ev.device != "cuda":  # the interpreter's clock is labelled, not compared: one run
             return {"ms": runs[0], "runs": runs}
         while (ms := settled(runs)) is None:
-            runs.append(timer(b.fn, live, sources))
+            runs.append(timer())
         out = {"ms": ms, "runs": runs}
         if not _agreeing(runs):
             out["noisy"] = True  # no two runs agreed: said in the row, this library's time may be off

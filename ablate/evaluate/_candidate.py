@@ -19,6 +19,8 @@ timing); timing {shape, result, failures, seconds}.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib.util
 import inspect
 import os
@@ -27,7 +29,7 @@ import threading
 import time
 import traceback
 
-from ablate.evaluate import _channel, _guard, _integrity, _tensors, _timing, _trace
+from ablate.evaluate import _channel, _cuda, _exchange, _guard, _integrity, _tensors
 
 _perf = time.perf_counter
 _listdir = os.listdir
@@ -68,46 +70,85 @@ def _native_threads() -> int:
 
 
 class OpWatch:
-    """The ATen operators dispatched during a call (the run-time library-passthrough check): the
-    autograd profiler records every dispatcher call, composite operators included, however the
-    call was spelled in the source (F.rms_norm, torch.nn.RMSNorm, torch.ops.aten..., getattr)."""
+    """The ATen operators dispatched during a batch, on every thread of the process (the run-time
+    library-passthrough check): the profiler records every dispatcher call, composite operators
+    included, however the call was spelled in the source (F.rms_norm, torch.nn.RMSNorm,
+    torch.ops.aten..., getattr, a module object, a worker thread). Where this torch cannot watch
+    other threads, `threads` is False and the judge says so."""
 
     def __init__(self, names):
         import warnings
 
         import torch
 
+        self.torch = torch
         self.watched = frozenset(names)
-        self.profile = torch.autograd.profiler.profile
         self.seen: list[str] = []
+        self.threads = True
         warnings.filterwarnings("ignore", module="torch.autograd.profiler")
+        warnings.filterwarnings("ignore", module="torch.profiler")
 
-    def __call__(self, fn, inputs):
+    def _profiler(self):
+        prof = self.torch.profiler
+        try:
+            cfg = self.torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+            return prof.profile(activities=[prof.ProfilerActivity.CPU], experimental_config=cfg)
+        except (AttributeError, TypeError):
+            self.threads = False
+            return prof.profile(activities=[prof.ProfilerActivity.CPU])
+
+    @contextlib.contextmanager
+    def watch(self):
         if not self.watched:
-            return fn(*inputs)
-        with self.profile(use_kineto=False) as prof:
-            out = fn(*inputs)
-        for name in {e.name for e in prof.function_events} & self.watched:
+            yield
+            return
+        with self._profiler() as p:
+            yield
+        for name in sorted({e.key for e in p.key_averages()} & self.watched):
             if name not in self.seen:
                 self.seen.append(name)
-        return out
+
+
+def _hooks_active(torch) -> str | None:
+    """A Python hook left in force when a call returns: a torch dispatch or function mode, or
+    torch-function handling switched off (what a kernel could use to change what tensor
+    operations do after it returned). None when there is none."""
+    C = torch._C
+    if C._len_torch_dispatch_stack():
+        return "a TorchDispatchMode was still active after the call"
+    keys = getattr(C, "_TorchDispatchModeKey", None)
+    if keys is not None and any(C._get_dispatch_mode(k) is not None for k in keys.__members__.values()):
+        return "an infrastructure dispatch mode (fake, proxy or functional tensors) was still active after the call"
+    if C._len_torch_function_stack():
+        return "a TorchFunctionMode was still active after the call"
+    if not C._is_torch_function_enabled():
+        return "torch-function handling was switched off after the call"
+    return None
 
 
 class Driver:
-    def __init__(self, go: dict, torch, device: str, snapshot, ch, guard_log, stream, flush, l2, trace=None):
+    """Runs the calls the judge asks for, on inputs the judge placed in shared slots, and reports
+    where each call's outputs are (_exchange). It times nothing: on a GPU a batch's calls are
+    queued behind a gate word the judge's clock opens, and end by setting a marker word the judge
+    reads (_clock); on a CPU the judge times the batch's message round trip."""
+
+    def __init__(self, go: dict, torch, device: str, snapshot, ch, guard_log, pool=None):
         self.go, self.torch, self.device, self.snapshot, self.ch = go, torch, device, snapshot, ch
-        self.guard_log, self.stream, self.flush, self.l2, self.trace = guard_log, stream, flush, l2, trace
+        self.guard_log, self.pool = guard_log, pool
         self.sync = torch._C._cuda_synchronize if device == "cuda" else (lambda: None)
-        self.empty, self.fill, self.equal, self.clone = torch.empty, torch._C.TensorBase.fill_, torch.equal, \
-            torch._C.TensorBase.clone
+        self.empty, self.fill, self.empty_strided = torch.empty, torch._C.TensorBase.fill_, torch.empty_strided
+        self.copy = torch._C.TensorBase.copy_
         self.ops = OpWatch(go.get("library_ops") or ())
         self.native_base: int | None = None
         self.fn = None
-        self.sources: dict[int, tuple] = {}  # shape's timing-source sets, kept on the device
-        self.call_ms: list[float] = []
         self.guard_seen = 0
         self.signature_checked: int | None = None  # the shape whose inputs the signature was bound to
         self.entries = None  # operators._entries, bound before the kit is forgotten
+        self.slots = None  # (shape, raw uint8 tensor over the judge's slots, size, marker, cpu outputs)
+        self.held: list = []  # the last batch's outputs, alive until the judge has read them
+        self.stream = torch.cuda.current_stream().cuda_stream if device == "cuda" else None
+        self.outputs_copied = False
+        self.spans: list[tuple[int, int]] = []
 
     # -- helpers -----------------------------------------------------------------------------
     def failures_now(self) -> dict[str, str]:
@@ -127,13 +168,10 @@ class Driver:
             del p
 
     def call(self, inputs, first: bool) -> tuple[object, str | None, str | None]:
-        """(output, reason, message): one call, synchronised, watched (threads, dispatched ops)."""
+        """(output, reason, message): one call, watched (threads, dispatched ops); not synchronised."""
         py_before = set(threading.enumerate())
-        t0 = _perf()
         try:
-            out = self.ops(self.fn, inputs)
-            self.sync()
-            self.call_ms.append((_perf() - t0) * 1e3)
+            out = self.fn(*inputs)
         except BaseException as e:  # SystemExit and friends included: the kernel must return
             return None, classify(e), _tb(e)
         new = [t.name for t in threading.enumerate() if t not in py_before and t.is_alive()]
@@ -147,114 +185,177 @@ class Driver:
             return out, "thread_injection", f"{native - self.native_base} native thread(s) started by the call still running"
         return out, None, None
 
-    # -- one input set -----------------------------------------------------------------------
-    def run_set(self, msg: dict, fd: int) -> None:
+    # -- the judge's slots ---------------------------------------------------------------------
+    def on_slots(self, msg: dict, fds: list[int]) -> None:
+        """Map the shape's input slots (and, on a CPU, the memfd the outputs go to)."""
+        import mmap
+
         torch = self.torch
-        index, k = int(msg["shape"]), int(msg["set"])
-        t0 = _perf()
-        try:
-            ins = tuple(_channel.read_tensors(fd, msg["entries"], self.device, 1 << 40))
-        finally:
-            _channel.close_all([fd])
-        reply = {"shape": index, "set": k, "reason": None, "message": None, "failures": {}}
-        fails = reply["failures"]
+        self.drop_slots()
+        if self.device == "cuda":
+            mem = _cuda.Shared.open(fds[0], int(msg["size"]))
+            raw = torch.as_tensor(_cuda.DeviceArray(mem.ptr, int(msg["nbytes"])), device="cuda")
+            self.slots = {"shape": int(msg["shape"]), "raw": raw, "mem": mem, "size": int(msg["nbytes"]),
+                          "gate": raw.data_ptr(), "marker": raw.data_ptr() + _exchange.MARKER}
+        else:
+            slots = mmap.mmap(fds[0], int(msg["nbytes"]))
+            outs = mmap.mmap(fds[1], int(msg["out_bytes"]))
+            _channel.close_all(fds)
+            self.slots = {"shape": int(msg["shape"]), "raw": torch.frombuffer(slots, dtype=torch.uint8),
+                          "size": int(msg["nbytes"]), "out": outs, "out_raw": torch.frombuffer(outs, dtype=torch.uint8),
+                          "out_size": int(msg["out_bytes"]), "maps": (slots, outs)}
+
+    def drop_slots(self) -> None:
+        """Unmap the previous shape's slots (and unregister its marker page)."""
+        self.held = []
+        old, self.slots = self.slots, None
+        if old and self.device == "cuda":
+            self.sync()
+            old["raw"] = None
+            old["mem"].close()
+
+    def inputs_of(self, entries) -> tuple:
+        raw, size = self.slots["raw"], self.slots["size"]
+        return tuple(e["value"] if "value" in e else _exchange.view(raw, e, size) for e in entries)
+
+    def place_output(self, t, dest: dict | None) -> tuple[dict | None, str | None]:
+        """Where output t is for the judge: (entry, None) or (None, why not)."""
+        shape, stride = list(t.shape), list(t.stride())
+        if not _exchange.dense(shape, stride):
+            return None, f"strides {tuple(stride)} for shape {tuple(shape)} overlap or leave gaps"
+        n = t.numel() * t.element_size()
+        dtype = str(t.dtype).removeprefix("torch.")
+        if self.device == "cuda":
+            span = (t.data_ptr(), t.data_ptr() + n)
+            reused = any(span[0] < b and a < span[1] for a, b in self.spans)  # a buffer an earlier call returned
+            found = self.pool.locate(t.data_ptr(), n) if n and not reused else (0, 0) if not n else None
+            if found is None:  # not born in the pool, or to be overwritten: copied now, as part of the call
+                with self.pool.active():
+                    dst = self.empty_strided(shape, stride, dtype=t.dtype, device="cuda")
+                self.copy(dst, t)
+                self.held.append(dst)
+                self.outputs_copied = True
+                found = self.pool.locate(dst.data_ptr(), n) if n else (0, 0)
+                if found is None:
+                    return None, "the output could not be placed where the judge reads it"
+            sid, off = found
+            self.spans.append((self.pool.segments[sid].ptr + off, self.pool.segments[sid].ptr + off + n) if n else (0, 0))
+            return {"seg": sid, "offset": off, "dtype": dtype, "shape": shape, "stride": stride, "nbytes": n}, None
+        # CPU: the raw bytes of the output's span into the judge's memfd (no tensor method runs)
+        off, room = int(dest["offset"]), int(dest["nbytes"])
+        if n > room:
+            return {"seg": 0, "offset": off, "dtype": dtype, "shape": shape, "stride": stride, "nbytes": n}, None
+        if n:
+            ctypes.memmove(self.slots["out_raw"].data_ptr() + off, t.data_ptr(), n)
+        return {"seg": 0, "offset": off, "dtype": dtype, "shape": shape, "stride": stride, "nbytes": n}, None
+
+    def one(self, index: int, entries, dest, first: bool, check: bool) -> dict:
+        """Call the kernel on one slot's inputs; the call's report."""
+        torch = self.torch
+        rep = {"reason": None, "message": None, "failures": {}, "entries": None}
+        ins = self.inputs_of(entries)
         if self.signature_checked != index:
             self.signature_checked = index
             try:
                 inspect.signature(self.fn).bind(*ins)
             except TypeError as e:
-                reply.update(reason="bad_signature",
-                             message=f"kernel{inspect.signature(self.fn)} cannot take the {len(ins)} inputs: {e}")
-                return self.ch.send("output", **reply)
+                rep.update(reason="bad_signature",
+                           message=f"kernel{inspect.signature(self.fn)} cannot take the {len(ins)} inputs: {e}")
+                return rep
             except ValueError:
                 pass  # no signature to inspect (a builtin): let the call decide
-        clones = tuple(self.clone(t) if isinstance(t, torch.Tensor) else t for t in ins)
-        if msg.get("source"):
-            self.sources[k] = clones  # untouched copies: what the timed loop refills its inputs from
-        self.poison(sum(t.numel() * t.element_size() for t in ins if isinstance(t, torch.Tensor)))
-        out, reason, message = self.call(ins, first=k == 0)
-        fails.update(self.failures_now())
-        if self.ops.seen:
-            fails["library_passthrough"] = "at run time the kernel dispatched " + ", ".join(self.ops.seen[:6])
+        if check:
+            with self.pool.active() if self.pool else _nothing():
+                self.poison(sum(t.numel() * t.element_size() for t in ins if isinstance(t, torch.Tensor)))
+        with self.pool.active() if self.pool else _nothing():
+            out, reason, message = self.call(ins, first=first)
+        fails = rep["failures"]
+        if (why := _hooks_active(torch)) is not None:
+            fails["hook_active"] = why
         if reason and reason != "thread_injection":
-            reply.update(reason=reason, message=message, fatal=reason in ("crash", "oom"))
-            return self.ch.send("output", **reply)
-        if reason:
-            fails.setdefault(reason, message)
+            rep.update(reason=reason, message=message, fatal=reason in ("crash", "oom"))
+            return rep
+        if reason:  # a thread pool of the kernel's own: said, not held against it (the judge's clock
+            rep["threads"] = message  # and its reads of the outputs do not depend on the threads)
         outs = _tensors.as_list(out)
         if outs is None:
-            reply.update(reason="output_not_dense",
-                         message=f"kernel returned {type(out).__name__}; expected a torch.Tensor (or a tuple of them)")
-            return self.ch.send("output", **reply)
-        for t in (t for t in outs if isinstance(t, torch.Tensor)):
-            if (why := _tensors.layout_problem(t)) is not None:
-                fails.setdefault("output_not_dense", f"output is not a plain dense tensor: {why}")
-            if t.device.type != self.device:
-                fails.setdefault("wrong_device", f"output on {t.device}, inputs on {self.device}")
+            rep.update(reason="output_not_dense",
+                       message=f"kernel returned {type(out).__name__}; expected a torch.Tensor (or a tuple of them)")
+            return rep
         if _tensors.aliases(outs, ins):
             fails.setdefault("output_aliases_input", "an output shares storage with an input")
-        for a, b in zip(ins, clones):
-            if isinstance(a, torch.Tensor) and not self.equal(a, b):
-                fails.setdefault("input_mutated", "an input changed during the call")
-        if "output_not_dense" in fails or "wrong_device" in fails:
-            return self.ch.send("output", **reply)
-        fd_out, entries = _tensors.to_sealed(f"out-{index}-{k}", outs)
-        reply["entries"] = entries
-        reply["seconds"] = round(_perf() - t0, 4)
-        reply["call_ms"] = round(self.call_ms[-1], 4) if self.call_ms else None  # the first one compiles
-        try:
-            self.ch.send("output", fds=[fd_out], **reply)
-        finally:
-            _channel.close_all([fd_out])
+        placed = []
+        for i, t in enumerate(outs):
+            if not isinstance(t, torch.Tensor):
+                placed.append({"value": t})
+                continue
+            if (why := _tensors.layout_problem(t)) is not None:
+                rep.update(reason="output_not_dense", message=f"output is not a plain dense tensor: {why}")
+                return rep
+            if t.device.type != self.device:
+                rep.update(reason="wrong_device", message=f"output on {t.device}, inputs on {self.device}")
+                return rep
+            e, why = self.place_output(t, (dest or [None] * len(outs))[i] if dest else None)
+            if e is None:
+                rep.update(reason="output_not_dense", message=why)
+                return rep
+            placed.append(e)
+        self.held.append(out)
+        rep["entries"] = placed
+        return rep
 
-    # -- timing ------------------------------------------------------------------------------
-    def time_shape(self, msg: dict) -> None:
-        torch = self.torch
-        index = int(msg["shape"])
-        order = [int(k) for k in msg["sources"]]
-        reply = {"shape": index, "result": None, "failures": {}, "reason": None, "message": None}
-        if not all(k in self.sources for k in order):
-            reply.update(reason="driver_tampered", message="timing sources missing")
-            return self.ch.send("timing", **reply)
-        sources = [self.sources.pop(k) for k in order]
-        self.sources.clear()
-        live = tuple(self.clone(t) if isinstance(t, torch.Tensor) else t for t in sources[0])
-        ch = self.ch
-
-        def keep(call, j, moves, outs):
-            if _tensors.as_list(outs) is None:
-                return ch.send("kept", shape=index, call=call, set=order[j], moves=moves, entries=None)
-            fd, entries = _tensors.to_sealed(f"kept-{index}-{call}", outs)
-            try:
-                ch.send("kept", fds=[fd], shape=index, call=call, set=order[j], moves=moves, entries=entries)
-            finally:
-                _channel.close_all([fd])
-
-        t0 = _perf()
-        try:
-            est = sorted(self.call_ms)[len(self.call_ms) // 2] if self.call_ms else None
-            result = _timing.measure(self.fn, live, sources, device=self.device, graph=bool(self.go.get("cuda_graph")),
-                                     l2=self.l2, est_ms=est, keep=keep, stream=self.stream, flush=self.flush,
-                                     trace=self.trace)
-        except BaseException as e:
-            reason = classify(e)
-            if self.go.get("cuda_graph") and "graph" in _tb(e).lower() and reason == "exception":
-                reason = "graph_capture_failed"
-            reply.update(reason=reason, message=f"during timing: {_tb(e)}", fatal=reason in ("crash", "oom"))
-            reply["failures"].update(self.failures_now())
-            return ch.send("timing", **reply)
-        if result.pop("l2_persistence", False):
-            reply["failures"]["l2_persistence"] = ("persisting L2 was reserved or an access-policy window set "
-                                                   "during a timed call")
+    def on_call(self, msg: dict) -> None:
+        """One batch: the calls on the slots the judge names, gated or not; reports every call."""
+        index, calls = int(msg["shape"]), msg["calls"]
+        batch, gated, check = int(msg.get("batch", 0)), bool(msg.get("gated")), bool(msg.get("check"))
+        self.held = []
+        self.spans: list[tuple[int, int]] = []  # the batch's outputs so far, where the judge will read them
+        self.outputs_copied = False
+        reply = {"shape": index, "batch": batch, "calls": [], "failures": {}}
+        if self.slots is None or self.slots["shape"] != index:
+            reply["failures"]["driver_tampered"] = "a call before its shape's slots"
+            return self.ch.send("called", **reply)
+        if gated:
+            _cuda.wait_value(self.stream, self.slots["gate"], batch)
+        first = bool(msg.get("first"))
+        with self.ops.watch():
+            for c in calls:
+                rep = self.one(index, c["inputs"], c.get("outputs"), first, check)
+                first = False
+                reply["calls"].append(rep)
+                if rep["reason"]:
+                    break
+        if self.ops.seen:
+            reply["failures"]["library_passthrough"] = "at run time the kernel dispatched " + ", ".join(self.ops.seen[:6])
+        reply["watched_threads"] = self.ops.threads
+        if gated:
+            _cuda.write_value(self.stream, self.slots["marker"], batch)
         reply["failures"].update(self.failures_now())
-        reply["result"] = result
-        reply["l2_checked"] = bool(self.l2 is not None and self.l2.available)
-        reply["seconds"] = round(_perf() - t0, 4)
-        del live, sources
-        if self.device == "cuda":  # the judge now builds the kept calls' references beside this process
-            torch.cuda.empty_cache()
-        self.call_ms = []
-        ch.send("timing", **reply)
+        reply["copied"] = self.outputs_copied
+        new = []
+        if self.pool is not None:
+            new = self.pool.new_fds()
+            if self.pool.failed:
+                reply["failures"]["oom"] = f"the output pool could not grow: {self.pool.failed}"
+        if not gated:
+            try:
+                self.sync()
+            except BaseException as e:
+                reply["calls"].append({"reason": classify(e), "message": _tb(e), "failures": {}, "entries": None,
+                                       "fatal": True})
+        step = _channel.MAX_FDS
+        try:  # new segments' descriptors, at most MAX_FDS a message, the last part with the report
+            for i in range(0, len(new), step):
+                part = new[i:i + step]
+                if i + step < len(new):
+                    self.ch.send("segments", fds=[f for _, _, f in part], segments=[[a, b] for a, b, _ in part])
+            last = new[(max(len(new) - 1, 0) // step) * step:]
+            reply["segments"] = [[a, b] for a, b, _ in last]
+            self.ch.send("called", fds=[f for _, _, f in last], **reply)
+        finally:
+            _channel.close_all([f for _, _, f in new])
+        if gated:
+            self.sync()  # the batch ran once the judge opened the gate; the outputs stay held
 
     # -- the whole run -----------------------------------------------------------------------
     def run(self, path: str) -> None:
@@ -278,28 +379,44 @@ class Driver:
         if not callable(self.fn):
             return self.ch.send("import", reason="no_kernel_function", message="kernel.py defines no callable kernel",
                                 failures=self.failures_now())
-        failures = self.failures_now()  # tampering at import is reported and the kernel still judged
-        if self.l2 is not None and self.l2.available and self.l2.used():
-            failures["l2_persistence"] = "persisting L2 reserved at import"
-            self.l2.reset()
-        self.ch.send("import", reason=None, failures=failures)
+        self.ch.send("import", reason=None, failures=self.failures_now())  # tampering at import: reported, still judged
+        self.serve()
+
+    def serve(self, other=None) -> None:
+        """Answer the judge until "done". other(msg): handles a message of another kind (the
+        library process switching functions); without it such a message ends the run."""
         while True:
-            got = self.ch.recv(None)
-            msg, fds = got
+            msg, fds = self.ch.recv(None)
             kind = msg.get("kind")
-            if kind == "inputs" and len(fds) == 1:
-                self.run_set(msg, fds[0])
-            elif kind == "time":
-                self.time_shape(msg)
+            if kind == "slots" and len(fds) == (1 if self.device == "cuda" else 2):
+                self.on_slots(msg, fds)
+            elif kind == "call":
+                _channel.close_all(fds)
+                self.on_call(msg)
+            elif kind == "release":
+                self.drop_slots()
+                if self.device == "cuda":
+                    self.torch.cuda.empty_cache()
             elif kind == "done":
                 return
+            elif other is not None:
+                _channel.close_all(fds)
+                other(msg)
             else:
                 _channel.close_all(fds)
                 return
 
 
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
 def prepare(device_request: str):
-    """Imports and captures, before any submitted code: returns (torch, device, snapshot, trace)."""
+    """Imports and captures, before any submitted code: returns (torch, device, snapshot, pool)."""
     import torch
 
     from ablate.evaluate import _gpu
@@ -315,17 +432,13 @@ def prepare(device_request: str):
             triton.runtime.driver.active.get_current_target()  # in this evaluation's fresh cache
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
-    trace = None
+    pool = None
     if device == "cuda":
-        trace = _trace.DeviceTrace()
-        if trace.available:  # CUPTI's first start loads and sets up its library: now, not in a timed loop
-            try:
-                trace.start()
-                torch.zeros(1, device="cuda").add_(1)
-                trace.stop()
-            except Exception as e:  # noqa: BLE001
-                trace.available, trace.why = False, f"the profiler would not start: {type(e).__name__}: {e}"
-    return torch, device, _integrity.Snapshot(), trace
+        from ablate.evaluate._pool import OutputPool
+
+        _cuda.lib()  # loaded now: the integrity snapshot below sees the module as the driver will use it
+        pool = OutputPool()
+    return torch, device, _integrity.Snapshot(), pool
 
 
 def _forget_kit(finder) -> None:
@@ -339,22 +452,16 @@ def _forget_kit(finder) -> None:
             del sys.modules[name]
 
 
-def run(go: dict, ch, torch, device: str, snapshot, finder, trace=None) -> int:
+def run(go: dict, ch, torch, device: str, snapshot, finder, pool=None) -> int:
     ch.send_key = bytes.fromhex(go["key"])  # from now on only the driver can speak
     if go.get("device") != device:
         ch.send("import", reason="crash", message=f"candidate sees device {device}, judge {go.get('device')}",
                 failures={})
         return 1
-    stream = torch.cuda.current_stream() if device == "cuda" else None
-    flush = l2 = None
-    if device == "cuda":  # everything the timed loop uses, made before the candidate's code runs
-        from ablate.evaluate._gpu import L2Guard, flush_buffer
-
-        flush, l2 = flush_buffer(), L2Guard(stream)
     from operators import _entries
 
     guard_log = _guard.install(os.path.dirname(go["submission"]), go["kit"])
-    driver = Driver(go, torch, device, snapshot, ch, guard_log, stream, flush, l2, trace)
+    driver = Driver(go, torch, device, snapshot, ch, guard_log, pool)
     driver.entries = _entries
     _forget_kit(finder)
     driver.run(go["submission"])
@@ -364,7 +471,7 @@ def run(go: dict, ch, torch, device: str, snapshot, finder, trace=None) -> int:
 def _serve(fd: int, prepared, finder) -> int:
     from ablate.evaluate import _gpu
 
-    torch, device, snapshot, trace = prepared
+    torch, device, snapshot, pool = prepared
     _gpu.cpu_threads_warm()  # here, not in the zygote: a forked child has none of its parent's threads
     ch = _channel.Channel.from_fd(fd, encode=_encoder())
     ch.send("hello", pid=os.getpid())
@@ -372,7 +479,7 @@ def _serve(fd: int, prepared, finder) -> int:
     msg = got[0] if got else {}
     if msg.get("kind") != "go":
         return 0  # the judge gave up before starting (a bad request)
-    code = run(msg, ch, torch, device, snapshot, finder, trace)
+    code = run(msg, ch, torch, device, snapshot, finder, pool)
     sys.stdout.flush()
     sys.stderr.flush()
     return code

@@ -31,9 +31,12 @@ from ablate.evaluate import _baselines, _channel, _correctness, _verdicts
 from ablate.evaluate._reasons import REASONS
 
 PER_SHAPE = ("bad_signature", "exception", "output_not_dense", "wrong_shape", "wrong_dtype", "wrong_device",
-             "incorrect", "input_mutated", "output_aliases_input", "thread_injection", "library_passthrough")
+             "incorrect", "input_mutated", "output_aliases_input", "library_passthrough", "hook_active")
 LARGE_BYTES = 2 << 30  # a shape moving more than this gets one draw per distribution
-IN_FLIGHT = 2  # input sets sent ahead of the outputs checked
+# a call's bytes, times this, must fit the device: the judge's set, its float64 reference and
+# temporaries, its staged timing inputs and slot, the candidate's outputs
+NEEDS = 6
+VOID_SHARE = 0.25  # more of a shape's batches voided than this, on a GPU no other process uses: rejected
 
 
 def input_sets(draws: int) -> list[tuple[str, int]]:
@@ -60,33 +63,6 @@ def finite(x):
 
 class TooLarge(Exception):
     pass
-
-
-def memory_plan(moved: int, total: int | None, peak: int | None = None, kept: int = 0,
-                what: str = "this shape") -> tuple[int | None, int]:
-    """(timing sources, input sets in flight) for a shape whose call moves `moved` bytes, on a
-    device of `total` bytes (None: no budget, a CPU), the most of each that fits 85% of it; or
-    TooLarge, in one line. In units u of half a call's bytes (its inputs, or its outputs): the
-    candidate holds k sources, a live copy, the set in flight, its clone and the outputs, k + 4 u.
-    The judge builds one set (its inputs, their float64 copy, the reference's temporaries, the
-    references: `peak` bytes, measured by the judge; 3 u before that) while the sets already in
-    flight keep their inputs and references (`kept` bytes each; 2 u), and it reads one set's
-    outputs beside the references of those in flight."""
-    if not total:
-        return None, IN_FLIGHT
-    u = moved / 2
-    if peak is None:  # not built yet: inputs and their float64 copy; a set's inputs and references
-        peak, kept = 3 * u, 2 * u
-
-    def need(k: int, f: int) -> float:
-        return (k + 4) * u + max(peak + (f - 1) * kept, f * kept + u)
-
-    for k in (4, 3, 2):
-        for f in range(IN_FLIGHT, 0, -1):
-            if need(k, f) < 0.85 * total:
-                return k, f
-    raise TooLarge(f"{what} moves {moved / 2**30:.1f} GiB a call; judging it needs about "
-                   f"{need(2, 1) / 2**30:.0f} GiB of the device's {total / 2**30:.0f} GiB")
 
 
 _nodes_loaded: set[str] = set()
@@ -132,6 +108,10 @@ class Evaluation:
         cfg = self.cfg
         self.torch = torch
         self.op = load_operator(cfg["operator"], cfg.get("operator_node"))
+        if only := [n for n in (os.environ.get("ABLATE_EVAL_BASELINES") or "").split(",") if n]:
+            import dataclasses  # a benchmark's restriction to named libraries (the others are not timed)
+
+            self.op = dataclasses.replace(self.op, baselines={k: v for k, v in self.op.baselines.items() if k in only})
         self.shapes = self.op.shape_set(cfg["shape_set"])
         self.device = _gpu.resolve_device(cfg["device"])
         self.info = _gpu.device_info(self.device)
@@ -148,7 +128,7 @@ class Evaluation:
         elif self.device == "cpu":
             self.mode = "cpu-interpreted"
         else:
-            self.mode = "cuda-graph" if cfg["cuda_graph"] else "cuda-events"
+            self.mode = "judge-clock"
         self.ceilings = None
         t0 = time.perf_counter()
         if self.device == "cuda" and cfg["timing"]:
@@ -158,29 +138,23 @@ class Evaluation:
         self.op_hash = _baselines.operator_hash(self.op, cfg.get("operator_node"))
         self.plans = [self.plan(s) for s in self.shapes]
 
-    def plan(self, shape: dict, built: tuple[int, int] | None = None) -> dict:
-        """How many input sets a shape gets, how many are timing sources and how many are in
-        flight at once, from the device memory they need (memory_plan). built: what building one
-        input set with its references took on the judge, measured (peak, kept) bytes; None
-        before any was built (an estimate)."""
+    def plan(self, shape: dict) -> dict:
+        """The input sets a shape is checked on (one draw per distribution for a shape moving more
+        than LARGE_BYTES); refused in one line when the device cannot hold what judging it takes."""
         moved = int(self.op.bytes(shape))
         total = self.info.get("memory_bytes") if self.device == "cuda" else None
+        if total and NEEDS * moved > 0.85 * total:
+            raise TooLarge(f"{self.op.name} {shape_key(shape)} moves {moved / 2**30:.1f} GiB a call; judging it needs "
+                           f"about {NEEDS * moved / 2**30:.0f} GiB of the device's {total / 2**30:.0f} GiB")
         draws = 1 if moved > LARGE_BYTES else int(self.cfg["draws"])
-        n_src, in_flight = memory_plan(moved, total, *(built or (None, None)),
-                                       what=f"{self.op.name} {_shape_id(shape)}")
-        sets = input_sets(draws)
-        sources = [i for i, (_, d) in enumerate(sets) if d == 0][: n_src or None]
-        return {"sets": sets, "sources": sources, "draws": draws, "in_flight": in_flight}
-
-    def sources(self, shape: dict) -> list[int]:
-        return self.plans[self.shapes.index(shape)]["sources"]
+        return {"sets": input_sets(draws), "draws": draws}
 
     def input_set(self, shape: dict, k: int, references: bool = True):
         """(inputs, float64 references, the contract's outputs) of input set k of a shape; the
         references are None when not asked for (a kept call's input differs from its set's)."""
         plan = self.plans[self.shapes.index(shape)]
         dist, d = plan["sets"][k]
-        ins = self.op.make_inputs(shape, set_seed(self.cfg["seed"], _shape_id(shape), dist, d), self.device, dist)
+        ins = self.op.make_inputs(shape, set_seed(self.cfg["seed"], shape_key(shape), dist, d), self.device, dist)
         if "expected" not in plan:
             plan["expected"] = _correctness.expected(self.op, ins)
         return ins, _correctness.reference_outputs(self.op, ins) if references else None, plan["expected"]
@@ -189,36 +163,17 @@ class Evaluation:
         """The envelope of each distribution (from its first draw), and each library's verdicts."""
         from operators import _correctness as rule
 
-        plan, out, built = self.plans[i], {}, (0, 0)
+        plan, out = self.plans[i], {}
         for k, (dist, d) in enumerate(plan["sets"]):
             if d == 0:
-                mark = self.memory_mark()
                 ins, refs, _ = self.input_set(shape, k)
-                built = tuple(max(a, b) for a, b in zip(built, self.memory_since(mark)))
                 out[dist] = _correctness.calibration(self, shape, dist, ins, refs)
                 del ins, refs
-        if self.device == "cuda":  # what a set really takes to build, then the plan that fits it
-            plan.update(self.plan(shape, built))  # the same sets; sources and sets in flight refitted
         plan["envelopes"] = {dist: rule.Envelope.from_dict(c["envelope"]) for dist, c in out.items()}
         if self.device == "cpu":  # Triton's interpreter truncates where a GPU rounds
             plan["envelopes"] = {dist: _correctness.interpreted(env) for dist, env in plan["envelopes"].items()}
         plan["calibration"] = out
         return {dist: c["verdicts"] for dist, c in out.items()}
-
-    def memory_mark(self) -> int | None:
-        """Device memory in use now, with the peak counter reset (None on a CPU)."""
-        if self.device != "cuda":
-            return None
-        self.torch.cuda.synchronize()
-        self.torch.cuda.reset_peak_memory_stats()
-        return self.torch.cuda.memory_allocated()
-
-    def memory_since(self, mark: int | None) -> tuple[int, int]:
-        """(peak, kept) bytes allocated since `mark`: at most at once, and still held."""
-        if mark is None:
-            return 0, 0
-        self.torch.cuda.synchronize()
-        return self.torch.cuda.max_memory_allocated() - mark, self.torch.cuda.memory_allocated() - mark
 
     # -- the candidate's messages ------------------------------------------------------------
     def next_message(self, limit: float | None = None):
@@ -267,223 +222,148 @@ class Evaluation:
             self.forged.append(f"unexpected {str(msg.get('kind'))[:40]!r} message")
         return None
 
-    def read_outputs(self, msg: dict, fds: list[int], exp) -> list | dict:
-        """The outputs a message carries, on the judge's device; or {reason: message} when their
-        entries already break the contract (count, shape, dtype), read no further."""
-        try:
-            entries = msg.get("entries")
-            if len(fds) != 1 or not isinstance(entries, list):
-                raise _channel.Malformed(f"{len(fds)} descriptors and entries {str(entries)[:80]} with an output")
-            if len(entries) != len(exp):
-                return {"wrong_shape": f"{len(entries)} outputs, expected {len(exp)}"}
-            for e, (shape, dtype) in zip(entries, exp):
-                if shape is None or not isinstance(e, dict) or "value" in e:
-                    continue
-                if e.get("shape") != shape:
-                    return {"wrong_shape": f"output shape {e.get('shape')}, expected {shape}"}
-                if e.get("dtype") != dtype:
-                    return {"wrong_dtype": f"output dtype {e.get('dtype')}, expected {dtype}"}
-            return _channel.read_tensors(fds[0], entries, self.device,
-                                         _correctness.output_bytes(exp) + 64 * (len(exp) + 1), expected=exp)
-        finally:
+    # -- the peers ---------------------------------------------------------------------------
+    def receive(self, kinds: tuple[str, ...], limit: float | None = None):
+        """The candidate's next message of one of `kinds`: (msg, fds); None when it is gone, or
+        when `limit` seconds pass with none. A message of another kind breaks the protocol."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            got = self.next_message(left)
+            if got is None:
+                return None
+            msg, fds = got
+            if msg.get("kind") in kinds:
+                return msg, fds
             _channel.close_all(fds)
+            self.forged.append(f"unexpected {str(msg.get('kind'))[:40]!r} message")
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+
+    def candidate_alive(self) -> bool:
+        if self.cand_closed or self.end is not None:
+            return False
+        if select.select([self.control.sock], [], [], 0)[0]:
+            try:
+                got = self.control.recv(0)
+            except (_channel.Closed, _channel.Malformed):
+                got = ({"kind": "end", "returncode": None}, [])
+            if got and got[0].get("kind") == "end":
+                self.end = got[0]
+                return False
+        return True
+
+    def candidate_peer(self):
+        from ablate.evaluate._shape import Peer
+
+        def send(kind, fds=(), **msg):
+            if self.cand_closed:
+                raise _channel.Closed("the candidate is gone")
+            self.cand.send(kind, fds=fds, **msg)
+
+        return Peer(send, self.receive, self.candidate_alive)
+
+    def clock_kernels(self):
+        if getattr(self, "_kernels", None) is None:
+            from ablate.evaluate._clock import Kernels
+
+            self._kernels = Kernels()
+        return self._kernels
+
+    def library(self):
+        """The judge's library process (_library), started on first use."""
+        if getattr(self, "_library", None) is None or self._library.proc.poll() is not None:
+            from ablate.evaluate._library import Library
+
+            self._library = Library(self.device)
+        return self._library
 
     # -- one shape ---------------------------------------------------------------------------
     def judge_shape(self, i: int, shape: dict, base: dict | None) -> tuple[dict | None, dict, set]:
         """The row of shape i, its failures and the checks that ran. (None, ...) when the
         candidate is gone before this shape."""
-        from ablate.evaluate._tensors import to_sealed
+        from ablate.evaluate._shape import Gone, ShapeJudge, batch_calls
 
-        torch, plan = self.torch, self.plans[i]
+        plan = self.plans[i]
         row, fails, ran = self.row(shape, base), {}, set()
-        seconds = {"references": 0.0, "checking": 0.0, "waiting": 0.0, "sending": 0.0}
-        outstanding: dict[int, tuple] = {}  # set -> (references, expected outputs, inputs)
-        worst, closest, closest_dist, checked, stop = 0.0, None, None, 0, None
+        seconds = {"references": 0.0, "checking": 0.0}
+        worst, closest, closest_dist, checked = 0.0, None, None, 0
         sets = plan["sets"]
-
-        def receive_one() -> bool:
-            nonlocal worst, closest, closest_dist, checked, stop
-            t0 = time.perf_counter()
-            got = self.expect(("output",), i)
-            seconds["waiting"] += time.perf_counter() - t0
-            if got is None:
-                stop = "gone"
-                return False
-            msg, fds = got
-            k = msg.get("set")
-            if k not in outstanding:
-                _channel.close_all(fds)
-                self.forged.append(f"an output for set {k!r} that was not sent")
-                return True
-            refs, exp, ins = outstanding.pop(k)
-            dist, d = sets[k]
-            if k == 0 and isinstance(msg.get("call_ms"), (int, float)):  # as the candidate reports it: cost only
-                seconds["first_call"] = max(0.0, min(float(msg["call_ms"]) / 1e3, seconds["waiting"]))
-            if stop:  # a set sent ahead of the one that failed: its answer no longer counts
-                _channel.close_all(fds)
-                return True
-            for reason, text in (msg.get("failures") or {}).items():
-                if reason in REASONS:
+        sj = ShapeJudge(self, i, shape, self.candidate_peer())
+        try:
+            sample = self.input_set(shape, 0, references=False)[0]
+            count = batch_calls(self, shape, 1 << 20) if self.cfg["timing"] else 1
+            sj.open(count, sample)
+            del sample
+            for k in range(len(sets)):
+                t0 = time.perf_counter()
+                ins, refs, _ = self.input_set(shape, k)
+                seconds["references"] += time.perf_counter() - t0
+                dist, d = sets[k]
+                t0 = time.perf_counter()
+                got: dict = {}
+                j = sj.check_set(k, ins, refs, plan["envelopes"][dist], got, first=k == 0)
+                seconds["checking"] += time.perf_counter() - t0
+                fatal = got.pop("fatal", False)
+                for reason, text in got.items():
                     fails.setdefault(reason, f"{dist} draw {d}: {text}")
-            if msg.get("reason"):
-                reason = str(msg["reason"])
-                _channel.close_all(fds)
-                fails.setdefault(reason if reason in REASONS else "driver_tampered", f"{dist} draw {d}: {msg.get('message')}")
-                stop = "fatal" if msg.get("fatal") else "failed"
-                return True
-            if not fds and ("output_not_dense" in fails or "wrong_device" in fails):
-                stop = "failed"
-                return True
-            t0 = time.perf_counter()
-            try:
-                outs = self.read_outputs(msg, fds, exp)
-            except _channel.Malformed as e:
-                fails.setdefault("driver_tampered", f"{dist} draw {d}: unreadable outputs: {e}")
-                stop = "failed"
-                return True
-            if isinstance(outs, dict):
-                f, j = outs, None
-            else:
-                f, j = _correctness.judge_set(self.op, outs, refs, ins, plan["envelopes"][dist])
-            seconds["checking"] += time.perf_counter() - t0
-            for reason, text in f.items():
-                fails.setdefault(reason, f"{dist} draw {d}: {text}")
-            if j is not None:
+                if fatal:
+                    row["fatal"] = True
+                if j is None:
+                    break
                 err = j.max_abs
                 worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
                 if closest is None or not j.margin <= closest.margin:
                     closest, closest_dist = j, dist
-            checked += 1
-            return True
-
-        for k in range(len(sets)):
-            if stop:
-                break
-            t0 = time.perf_counter()
-            ins, refs, exp = self.input_set(shape, k)
-            t1 = time.perf_counter()
-            fd, entries = to_sealed(f"in-{i}-{k}", list(ins))
-            try:
-                self.cand.send("inputs", fds=[fd], shape=i, set=k, entries=entries, source=k in plan["sources"])
-            except _channel.Closed:
-                stop = "gone"
-                break
-            finally:
-                _channel.close_all([fd])
-            seconds["references"] += t1 - t0
-            seconds["sending"] += time.perf_counter() - t1
-            outstanding[k] = (refs, exp, ins if self.op.rule != "envelope" else ())  # top-k's rule reads them
-            del ins
-            while len(outstanding) >= plan["in_flight"] and not stop:
-                receive_one()
-        while outstanding and stop not in ("gone",):
-            if not receive_one():
-                break
-        outstanding.clear()
-        if stop == "gone":
+                checked += 1
+                del ins, refs
+            complete = checked == len(sets)
+            if complete:
+                ran |= set(PER_SHAPE)
+            row["correct"] = complete and not fails.keys() & {"incorrect", "wrong_shape", "wrong_dtype", "exception",
+                                                             "crash", "oom", "output_not_dense", "protocol_violation"}
+            row["max_abs_error"] = finite(worst) if checked else None
+            row.update(_correctness.margin_row(closest, plan["calibration"][closest_dist]["envelope"] if closest else None))
+            if self.cfg["timing"] and row["correct"] and not fails.keys() & {"wrong_device", "bad_signature"}:
+                t0 = time.perf_counter()
+                timing = sj.time_gpu(fails) if self.device == "cuda" else sj.time_cpu(fails)
+                seconds["timing"] = time.perf_counter() - t0
+                if fails.pop("fatal", False):
+                    row["fatal"] = True
+                ran |= {"stale_output", "work_outside_window"}
+                if timing is not None:
+                    self.judge_time(row, shape, timing, fails, ran, sj)
+        except Gone as e:
+            if str(e).startswith("protocol"):
+                fails.setdefault("protocol_violation", str(e))
+                row["fatal"] = True
+            else:
+                return None, fails, ran
+        except _channel.Closed:
             return None, fails, ran
-        complete = checked == len(sets)
-        if complete:
-            ran |= set(PER_SHAPE)
-        row["correct"] = complete and not fails.keys() & {"incorrect", "wrong_shape", "wrong_dtype", "exception",
-                                                         "crash", "oom", "output_not_dense", "driver_tampered"}
-        row["max_abs_error"] = finite(worst) if checked else None
-        row.update(_correctness.margin_row(closest, plan["calibration"][closest_dist]["envelope"] if closest else None))
-        if stop == "fatal":
-            row["fatal"] = True
-        elif self.cfg["timing"] and complete and not fails.keys() & {"output_not_dense", "wrong_device",
-                                                                      "thread_injection", "bad_signature"}:
-            if not self.time_shape(i, shape, row, fails, ran, seconds):
-                return None, fails, ran  # gone while timing: no time, so this shape is not judged (a crash, or its end's reason)
+        finally:
+            sj.close()
+        row["flags"] = sorted(set(row.get("flags", [])) | set(sj.flags))
         row["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
         row["error"] = "; ".join(f"{k}: {v}" for k, v in fails.items()) or None
         return row, fails, ran
 
-    def time_shape(self, i: int, shape: dict, row: dict, fails: dict, ran: set, seconds: dict) -> bool:
-        """Let the candidate time shape i (the judge keeps off the device meanwhile), then check
-        every call it kept against the reference of that call's exact input. False when the
-        candidate ended before reporting its timing: an accepted shape always has a time."""
-        from ablate.evaluate._timing import apply_perturbation
-
-        torch, plan = self.torch, self.plans[i]
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-        kept, timing = [], None
-        try:
-            self.cand.send("time", shape=i, sources=plan["sources"])
-        except _channel.Closed:
-            return False
-        t0 = time.perf_counter()
-        while True:
-            got = self.expect(("kept", "timing"), i)
-            if got is None:
-                break
-            msg, fds = got
-            if msg["kind"] == "kept":
-                kept.append((msg, fds))
-                continue
-            timing = msg
-            break
-        seconds["timing"] = time.perf_counter() - t0
-        for reason, text in ((timing or {}).get("failures") or {}).items():
-            if reason in REASONS:
-                fails.setdefault(reason, f"during timing: {text}")
-        if timing is None or timing.get("reason"):
-            for _, fds in kept:
-                _channel.close_all(fds)
-            if timing is None:
-                return False
-            reason = str(timing["reason"])
-            fails.setdefault(reason if reason in REASONS else "driver_tampered", str(timing.get("message")))
-            row["fatal"] = bool(timing.get("fatal"))
-            return True
-        ran.add("stale_output")
-        t0 = time.perf_counter()
-        if len(kept) < 2:
-            fails.setdefault("stale_output", f"{len(kept)} timed call(s) kept for checking; the loop keeps at least 2")
-        built = (None, None)  # (set, its inputs): kept calls sorted by set, so each set is rebuilt once
-        for msg, fds in sorted(kept, key=lambda m: str(m[0].get("set"))):
-            if msg.get("entries") is None and not fds:
-                fails.setdefault("stale_output", f"timed call {msg.get('call')} returned something other than tensors")
-                continue
-            try:
-                j, moves = int(msg["set"]), [tuple(int(x) for x in m) for m in msg.get("moves") or []]
-                if j not in plan["sources"]:
-                    raise ValueError(f"set {j} is not a timing source")
-                if built[0] != j:
-                    built = (j, self.input_set(shape, j, references=False))
-                ins, _, exp = built[1]
-                ins = apply_perturbation(ins, moves)
-                refs = _correctness.reference_outputs(self.op, ins)
-                outs = self.read_outputs(msg, fds, exp)
-            except (_channel.Malformed, ValueError, TypeError, KeyError) as e:
-                _channel.close_all(fds)
-                fails.setdefault("driver_tampered", f"unreadable timed output: {e}")
-                continue
-            if isinstance(outs, dict):
-                f = outs
-            else:
-                env = _correctness.for_input(self.op, ins, refs, plan["envelopes"][plan["sets"][j][0]])
-                f = _correctness.judge_set(self.op, outs, refs, ins, env)[0]
-            if f:
-                fails.setdefault("stale_output", f"timed call {msg.get('call')}: {next(iter(f.values()))}")
-        built = None
-        seconds["checking_timed"] = time.perf_counter() - t0
+    def judge_time(self, row: dict, shape: dict, timing: dict, fails: dict, ran: set, sj) -> None:
         from ablate.evaluate import _gpu
 
-        _verdicts.judge_time(row, shape, timing.get("result"), fails, ran, op=self.op, device=self.device,
-                             ceilings=self.ceilings, l2_bytes=self.info.get("l2_bytes"),
-                             written=_correctness.output_bytes(plan["expected"]),  # set by the first input set
-                             contention=_gpu.contention(self.ceilings))  # the candidate is idle now; None on a CPU
-        if timing.get("l2_checked"):
-            ran.add("l2_persistence")
-        if self.mode == "cuda-graph":
-            ran.add("graph_capture_failed")
-        return True
+        if sj.voided:
+            row["voided_batches"] = sj.voided[:5]
+        contention = _gpu.contention(self.ceilings) if self.device == "cuda" else None
+        if timing.get("voided") and timing["voided"] > VOID_SHARE * timing["batches"] and not contention:
+            fails.setdefault("work_outside_window", f"{timing['voided']} of {timing['batches']} batches saw the "
+                                                    "candidate's work outside them: " + "; ".join(sj.voided[:3]))
+        _verdicts.judge_time(row, shape, timing, fails, ran, op=self.op, device=self.device, ceilings=self.ceilings,
+                             l2_bytes=self.info.get("l2_bytes"), written=_correctness.output_bytes(sj.exp),
+                             contention=contention)
 
     def row(self, shape: dict, base: dict | None) -> dict:
         base = base or {"ms": {}, "skipped": {}}
-        return {"shape": shape, "shape_id": _shape_id(shape), "correct": False, "max_abs_error": None, "error": None,
+        return {"shape": shape, "shape_id": shape_key(shape), "correct": False, "max_abs_error": None, "error": None,
                 "time_ms": None, "wall_ms": None, "baselines_ms": dict(base["ms"]),
                 "baselines_skipped": dict(base["skipped"]), "baselines_noisy": list(base.get("noisy") or ()),
                 "baselines_contended": dict(base.get("contended") or {}),
@@ -524,7 +404,7 @@ class Evaluation:
             key = os.urandom(32)
             try:
                 self.cand.send("go", key=key.hex(), entry=entry, device=self.device, timing=bool(cfg["timing"]),
-                               cuda_graph=bool(cfg["cuda_graph"]), library_ops=list(self.op.library_ops),
+                               library_ops=list(self.op.library_ops),
                                submission=f"{handover['inner']}/submission/kernel.py", kit=handover["kit"])
                 self.cand.recv_key = key
                 imported = self.expect(("import",))
@@ -537,10 +417,15 @@ class Evaluation:
                 reasons.setdefault(k, f"after import: {v}")
         if imported and msg.get("reason"):
             code = str(msg["reason"])
-            reasons.setdefault(code if code in REASONS else "driver_tampered", str(msg.get("message"))[:4000])
+            reasons.setdefault(code if code in REASONS else "protocol_violation", str(msg.get("message"))[:4000])
         elif imported:
-            ran |= {"no_kernel_function", "import_error", "timer_tampered", "driver_tampered"}
-            rows = self.judge_shapes(bases, reasons, ran)
+            ran |= {"no_kernel_function", "import_error", "timer_tampered", "driver_tampered", "protocol_violation"}
+            try:
+                rows = self.judge_shapes(bases, reasons, ran)
+            except Exception:  # noqa: BLE001 (whatever the candidate sent that broke the judge is the candidate's)
+                reasons.setdefault("protocol_violation", "the judge could not read what the candidate sent: "
+                                   + traceback.format_exc()[-1500:])
+                rows = []
             try:
                 self.cand.send("done")
             except _channel.Closed:
@@ -619,7 +504,7 @@ class Evaluation:
             reasons.setdefault("helper_process", "the kernel started " + ", ".join(sorted(set(end["helpers"]))[:4])
                                + " (only compilers and build tools may run beside it)")
         if self.forged:
-            reasons.setdefault("driver_tampered", f"{len(self.forged)} message(s) outside the protocol: "
+            reasons.setdefault("protocol_violation", f"{len(self.forged)} message(s) outside the protocol: "
                                                   + "; ".join(self.forged[:3]))
         for i in range(len(rows), len(self.shapes)):
             row = self.row(self.shapes[i], bases[i])
@@ -646,7 +531,7 @@ class Evaluation:
         }
 
 
-def _shape_id(shape: dict) -> str:
+def shape_key(shape: dict) -> str:
     from operators import shape_id
 
     return shape_id(shape)

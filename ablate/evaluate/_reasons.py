@@ -3,7 +3,7 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
-VERSION = "8"  # 8: a spin before each start event keeps the host's launch out of the events
+VERSION = "9"  # 9: the judge's own clock on the device; outputs read where the kernel wrote them; libraries timed alike
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)
@@ -31,19 +31,17 @@ REASONS: dict[str, str] = {
     "incorrect": "an output differs from the reference beyond the dtype's tolerance, or holds NaN",
     "input_mutated": "the kernel changed its inputs",
     "output_aliases_input": "an output shares memory with an input",
-    "thread_injection": "a thread started by the kernel was still alive after the call returned",
     "helper_process": "the kernel started a process other than a compiler or build tool",
     # its timing
-    "stale_output": "the output of a call inside the timed loop is wrong for that call's input (caching, "
-                    "timed-loop skipping)",
+    "stale_output": "the output of a timed call, read by the judge right after its batch, is wrong for that call's "
+                    "own input (caching, skipping work, work left for later)",
+    "work_outside_window": "the judge's witness saw the candidate's device work before its batch started or after it "
+                           "ended, in more than a quarter of its batches, on a GPU no other process was using",
+    "hook_active": "a torch dispatch or function mode was still in force when the kernel returned (what could "
+                   "change the driver's own tensor operations)",
     "timer_tampered": "a timing function was replaced after the submission was imported",
     "driver_tampered": "a library function was replaced, or a report broke the protocol",
-    "stream_mismatch": "wall-clock time with a full device sync far exceeds the event time (side stream)",
-    "timing_disagrees": "the device's own activity record (CUPTI) of the timed calls is far longer than their event "
-                        "times (a little longer: that record is the time), or the submission broke that record",
     "below_roofline": "faster than speed of light: the physical floor of bytes and flops (datasheet or measured ceiling)",
-    "l2_persistence": "the kernel reserved persisting L2 or set an access-policy window",
-    "graph_capture_failed": "--cuda-graph: the kernel could not be captured in a CUDA graph",
     "protocol_violation": "what the candidate sent broke the judge (a malformed or impossible report): its "
                           "rejection, never an evaluator failure",
 }

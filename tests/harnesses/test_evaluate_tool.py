@@ -12,7 +12,7 @@ def _evaluate(seen):
     def evaluate(path):
         seen.append(path)
         time.sleep(0.2)
-        return {"verdict": "accepted", "reasons": [], "timing": "cuda-events", "geomean_speedup": 1.1,
+        return {"verdict": "accepted", "reasons": [], "timing": "judge-clock", "geomean_speedup": 1.1,
                 "shapes": [{"shape": {"M": 1}, "correct": True}]}
     return evaluate
 

@@ -18,13 +18,14 @@ def test_honest_triton_kernel_is_accepted_with_the_full_contract(judged):
     assert r["timing"] == "cpu-interpreted" and r["device"]["name"] == "cpu" and r["ceilings"] is None
     assert r["operator"] == "rmsnorm" and r["shape_set"] == "smoke" and len(r["submission_sha256"]) == 64
     assert set(r["checks"]) == set(REASONS) and "fail" not in r["checks"].values()
-    for check in ("incorrect", "input_mutated", "stale_output", "thread_injection", "crash", "timer_tampered"):
+    for check in ("incorrect", "input_mutated", "stale_output", "hook_active", "protocol_violation", "crash",
+                  "timer_tampered"):
         assert r["checks"][check] == "pass", check
     assert r["checks"]["below_roofline"] == "skip"  # no ceilings on a CPU
     assert [s["shape_id"] for s in r["shapes"]] == ["M=8,N=512,dtype=bfloat16", "M=5,N=1000,dtype=bfloat16"]
     for s in r["shapes"]:
         assert s["correct"] and s["error"] is None and 0 < s["max_abs_error"] < 0.1
-        assert s["time_ms"]["n"] >= 3 and s["time_ms"]["p10"] <= s["time_ms"]["median"] <= s["time_ms"]["p90"]
+        assert s["time_ms"]["n"] == 3 and s["time_ms"]["p10"] <= s["time_ms"]["median"] <= s["time_ms"]["p90"]
         assert set(s["baselines_ms"]) == {"torch_eager", "torch_F.rms_norm"}
         assert s["baselines_skipped"]["torch_compile"] == "needs CUDA"
         assert s["speedup_vs_best"] == pytest.approx(s["baselines_ms"][s["best_baseline"]] / s["time_ms"]["median"])

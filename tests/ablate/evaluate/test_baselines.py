@@ -18,11 +18,9 @@ def test_two_runs_that_agree_settle_it_at_the_smaller():
 
 
 def _measure(times, device="cuda"):
-    calls = []
-    ev = SimpleNamespace(device=device, cfg={"cuda_graph": False}, ceilings=None)
-    b = SimpleNamespace(fn=lambda x: calls.append(1) or x * 2)
+    ev = SimpleNamespace(device=device, cfg={}, ceilings=None)
     seq = iter(times)
-    return measure(ev, b, [(torch.ones(4),)], timer=lambda fn, live, sources: next(seq))
+    return measure(ev, {"M": 1}, "lib", timer=lambda: next(seq), probe=lambda: None)
 
 
 def test_a_disturbed_timing_run_is_measured_again_and_left_out():
@@ -41,8 +39,8 @@ def test_on_a_cpu_one_run_is_enough():  # the interpreter's clock is labelled, n
 
 
 def test_a_library_that_raises_is_reported_not_fatal():
-    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False}, ceilings=None)
-    out = measure(ev, SimpleNamespace(fn=lambda x: 1 / 0), [(torch.ones(1),)], timer=lambda *a: 1.0)
+    ev = SimpleNamespace(device="cuda", cfg={}, ceilings=None)
+    out = measure(ev, {"M": 1}, "lib", timer=lambda: 1 / 0, probe=lambda: None)
     assert out["error"].startswith("raised ZeroDivisionError")
 
 
@@ -74,27 +72,24 @@ def test_a_change_to_the_code_that_draws_the_inputs_measures_the_baselines_again
 
 def test_a_gpu_found_shared_after_a_librarys_runs_is_said_in_its_entry():
     # two runs slowed alike by another process agree, so settling alone would keep them
-    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False}, ceilings=None)
-    b = SimpleNamespace(fn=lambda x: x * 2)
-    out = measure(ev, b, [(torch.ones(4),)], timer=lambda *a: 1.30, probe=lambda: "another process is using the GPU")
+    ev = SimpleNamespace(device="cuda", cfg={}, ceilings=None)
+    out = measure(ev, {"M": 1}, "lib", timer=lambda: 1.30, probe=lambda: "another process is using the GPU")
     assert out["ms"] == 1.30 and out["contended"] == "another process is using the GPU"
-    out = measure(ev, b, [(torch.ones(4),)], timer=lambda *a: 1.00, probe=lambda: None)
+    out = measure(ev, {"M": 1}, "lib", timer=lambda: 1.00, probe=lambda: None)
     assert "contended" not in out
 
 
 def test_a_load_that_ends_before_the_runs_end_is_seen_by_the_probe_before_them():
-    ev = SimpleNamespace(device="cuda", cfg={"cuda_graph": False}, ceilings=None)
-    b = SimpleNamespace(fn=lambda x: x * 2)
+    ev = SimpleNamespace(device="cuda", cfg={}, ceilings=None)
     probes = iter(["another process is using the GPU", None])  # before the runs, then after them
-    out = measure(ev, b, [(torch.ones(4),)], timer=lambda *a: 1.30, probe=lambda: next(probes))
+    out = measure(ev, {"M": 1}, "lib", timer=lambda: 1.30, probe=lambda: next(probes))
     assert out["contended"] == "another process is using the GPU"
 
 
 def _cuda_judge(baselines, ceilings=None):
     return SimpleNamespace(device="cuda", op=SimpleNamespace(name="op", baselines=baselines), note=lambda m: None,
-                           info={"name": "GPU", "driver": "1"}, libs={}, op_hash="h", mode="cuda-events",
-                           ceilings=ceilings, input_set=lambda shape, k, references=True: ((torch.ones(2),), None, None),
-                           sources=lambda shape: [0])
+                           info={"name": "GPU", "driver": "1"}, libs={}, op_hash="h", mode="judge-clock",
+                           ceilings=ceilings, input_set=lambda shape, k, references=True: ((torch.ones(2),), None, None))
 
 
 def test_a_time_taken_on_a_shared_gpu_is_used_once_and_not_cached(tmp_path, monkeypatch):
@@ -103,7 +98,7 @@ def test_a_time_taken_on_a_shared_gpu_is_used_once_and_not_cached(tmp_path, monk
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
     times = iter([{"ms": 1.3, "runs": [1.3, 1.3], "contended": "shared"}, {"ms": 1.0, "runs": [1.0, 1.0]},
                   {"ms": 1.0, "runs": [1.0, 1.0]}])
-    monkeypatch.setattr(_baselines, "measure", lambda ev, b, sources: next(times))
+    monkeypatch.setattr(_baselines, "measure", lambda ev, shape, name: next(times))
     lib = SimpleNamespace(needs_cuda=False, unavailable=lambda: None)
     ev = _cuda_judge({"lib": lib})
     shape = {"M": 2, "dtype": "float32"}
@@ -153,7 +148,7 @@ def test_baselines_timed_beside_ceilings_measured_again_are_timed_again(tmp_path
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
     times = iter([{"ms": 1.3, "runs": [1.3, 1.3]}, {"ms": 1.0, "runs": [1.0, 1.0]}])
-    monkeypatch.setattr(_baselines, "measure", lambda ev, b, sources: next(times))
+    monkeypatch.setattr(_baselines, "measure", lambda ev, shape, name: next(times))
     lib = SimpleNamespace(needs_cuda=False, unavailable=lambda: None)
     shape = {"M": 2, "dtype": "float32"}
     assert _baselines.for_shape(_cuda_judge({"lib": lib}, {"id": "a"}), shape, {})["ms"] == {"lib": 1.3}

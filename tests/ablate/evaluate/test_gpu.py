@@ -12,30 +12,37 @@ PUBLIC = {"shapes": "public"}
 def test_honest_triton_is_accepted_with_gpu_timing(judged):
     r = judged("honest_triton", **PUBLIC)
     assert r["verdict"] == "accepted", r["details"]
-    assert r["timing"] == "cuda-events" and "NVIDIA" in r["device"]["name"] and r["device"]["driver"]
+    assert r["timing"] == "judge-clock" and "NVIDIA" in r["device"]["name"] and r["device"]["driver"]
     assert r["ceilings"]["copy_gbps"] > 100 and r["ceilings"]["matmul_tflops"] > 10
     assert 100 < r["ceilings"]["canary_gbps"] <= r["ceilings"]["copy_gbps"] * 1.05  # the contention probe's idle rate
     assert "gpu_contended" not in r["flags"] and not r["shapes"][0]["baselines_contended"]  # nothing else on this GPU
-    for check in ("below_roofline", "stream_mismatch", "stale_output", "l2_persistence", "thread_injection",
-                  "timing_disagrees"):
+    for check in ("below_roofline", "stale_output", "work_outside_window", "hook_active", "protocol_violation"):
         assert r["checks"][check] == "pass", check
     s = r["shapes"][0]
-    assert 0 < s["trace_ms"] <= s["time_ms"]["median"] * 1.02 + 0.002  # CUPTI's span inside the events
-    assert s["correct"] and s["time_ms"]["n"] >= 20 and s["time_ms"]["p10"] <= s["time_ms"]["median"]
+    assert s["correct"] and s["time_ms"]["n"] >= 3 and s["time_ms"]["p10"] <= s["time_ms"]["median"]
+    assert s["time_ms"]["voided"] == 0 and not s.get("voided_batches")  # no witness saw another context
     assert 0.05 < s["sol_fraction"] <= 1.0
     assert "torch_F.rms_norm" in s["baselines_ms"] and s["speedup_vs_best"] > 0
-    assert s["wall_ms"] >= 0.5 * s["time_ms"]["p10"]  # the synced wall clock cannot beat the events
+
+
+def test_a_library_and_the_same_call_as_a_kernel_are_timed_alike(kernels, tmp_path):
+    """The library in the judge's library process and the very same call submitted as a kernel
+    (rejected as a passthrough, but still timed): one protocol, one clock, so one time."""
+    from ablate.evaluate import evaluate
+
+    r = evaluate("rmsnorm", kernels / "passthrough.py", shapes="public", draws=1, seed=3)
+    s = r["shapes"][0]
+    assert "library_passthrough" in r["reasons"] and s["time_ms"], r["details"]
+    lib = s["baselines_ms"]["torch_F.rms_norm"]
+    assert s["time_ms"]["median"] == pytest.approx(lib, rel=0.03), (s["time_ms"], s["baselines_ms"])
 
 
 def test_a_slow_host_launch_is_not_the_kernels_time(judged):
-    """Half a millisecond of host work before each launch: the events still agree with the
-    device's own record (the spin covered the launch), and the wall clock keeps the host's cost."""
+    """Half a millisecond of host work before each launch: the calls are queued behind the gate
+    before it opens, so the judged time is the device's."""
     r = judged("slow_launch", **PUBLIC)
     assert r["verdict"] == "accepted", r["details"]
-    s = r["shapes"][0]
-    assert "events_longer_than_trace" not in s.get("flags", []), s.get("trace_note")
-    assert s["time_ms"]["median"] <= s["trace_ms"] * 1.1 + 0.005, (s["time_ms"], s["trace_ms"])
-    assert s["wall_ms"] >= 0.5
+    assert r["shapes"][0]["time_ms"]["median"] < 0.3
 
 
 def test_honest_cuda_kernel_through_cupy_is_accepted(judged):
@@ -45,10 +52,10 @@ def test_honest_cuda_kernel_through_cupy_is_accepted(judged):
     assert r["verdict"] == "accepted", r["details"]
 
 
-def test_cuda_graph_mode(judged):
-    r = judged("honest_triton", cuda_graph=True, **PUBLIC)
-    assert r["verdict"] == "accepted" and r["timing"] == "cuda-graph", r["details"]
-    assert r["checks"]["graph_capture_failed"] == "pass"
+@pytest.mark.parametrize("name", ["thread_pool", "column_major", "persistent_buffer", "custom_op", "compiled"])
+def test_honest_kernels_of_the_kinds_agents_write_are_accepted_on_a_gpu(judged, name):
+    r = judged(name, draws=1, **PUBLIC)
+    assert r["verdict"] == "accepted", r["details"]
 
 
 @pytest.mark.slow
@@ -60,33 +67,35 @@ def test_hidden_shapes_are_judged(judged):
 
 
 @pytest.mark.parametrize("name,reasons,scan", [
-    ("side_stream", {"stream_mismatch"}, True),
-    ("side_stream_early", {"timing_disagrees", "incorrect", "stale_output", "stream_mismatch"}, True),
-    ("l2_persist", {"forbidden_code"}, True),  # ctypes: refused, so it cannot reserve L2 at all
-    ("l2_persist_cupy", {"l2_persistence"}, False),  # native calls below the guard: the L2 guard sees it
+    # work the judge's clock must not miss: left on a side stream past the batch's end, or started early
+    ("side_stream", {"work_outside_window", "stale_output", "incorrect"}, True),
+    ("side_stream_early", {"work_outside_window", "stale_output", "incorrect"}, True),
+    ("l2_persist", {"forbidden_code"}, True),  # ctypes: refused
     ("graph_replay", {"incorrect", "stale_output"}, True),
     ("patched_timer", {"timer_tampered"}, True),
     ("output_cache", {"incorrect", "stale_output"}, True),
-    ("fingerprint_cache", {"stale_output"}, True),
+    ("fingerprint_cache", {"stale_output", "incorrect"}, True),
     ("timed_loop_skip", {"forbidden_code"}, False),
-    ("thread_injection", {"thread_injection"}, True),
+    ("thread_injection", {"incorrect"}, True),  # its thread fills the output after the judge read it
     ("illegal_access", {"crash"}, True),
+    ("late_work", {"stale_output"}, True),
+    ("seal_hook_mode", {"hook_active", "incorrect"}, False),  # the 1.65x H200 attack on the old seal
     # the hostile candidate on a GPU, each with the static scan off (the run-time defence alone)
     ("frame_reader", {"forbidden_code"}, False),
     ("gc_channel_wrap", {"forbidden_code"}, False),
     ("snapshot_blind", {"forbidden_code", "timer_tampered"}, False),
     ("code_swap", {"forbidden_code"}, False),
-    ("socket_forgery", {"driver_tampered"}, False),
+    ("socket_forgery", {"protocol_violation"}, False),
     ("posix_spawn_helper", {"helper_process"}, False),
     ("passthrough_aten", {"library_passthrough"}, False),
-    ("passthrough_timed_only", {"library_passthrough"}, False),  # seen in the traced block's operators
+    ("passthrough_timed_only", {"library_passthrough"}, False),
+    ("passthrough_thread", {"library_passthrough"}, False),
 ])
 def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
-    if name == "l2_persist_cupy" and importlib.util.find_spec("cupy") is None:
-        pytest.skip("cupy is not installed")
     r = judged(name, draws=1, scan=scan, **PUBLIC)
     assert r["verdict"] == "rejected"
-    if len(reasons) > 1 and name in ("graph_replay", "output_cache", "side_stream_early"):
+    if len(reasons) > 1 and name in ("graph_replay", "output_cache", "side_stream", "side_stream_early",
+                                     "fingerprint_cache"):
         assert reasons & set(r["reasons"]), r["details"]
     else:
         assert reasons <= set(r["reasons"]), r["details"]
@@ -105,8 +114,8 @@ def test_every_accepted_time_is_within_speed_of_light(judged):
     op = operators.get("rmsnorm")
     for s in r["shapes"]:
         assert 0 < s["sol_fraction"] <= 1.0 and s["floor_ms"] > 0
-        # the reads count in full (L2 is flushed after the inputs are in place); of the writes, what
-        # L2 cannot hold (M=4000,N=7168 writes 57 MB, less than the H200's 60 MB L2)
+        # the reads count in full (each call's inputs are fresh, written long before); of the writes,
+        # what L2 cannot hold (M=4000,N=7168 writes 57 MB, less than the H200's 60 MB L2)
         shape = s["shape"]
         writes = shape["M"] * shape["N"] * getattr(torch, shape["dtype"]).itemsize
         moved = op.bytes(shape) - writes + max(0, writes - r["device"]["l2_bytes"])

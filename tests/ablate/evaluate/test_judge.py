@@ -1,11 +1,13 @@
-"""The judge's memory plan: a problem gets fewer input sets as it grows, and one too large for the
-device is refused with one line before anything is allocated."""
+"""The judge's plan of a shape: a problem gets one draw per distribution past LARGE_BYTES, and one
+too large for the device is refused with one line before anything is allocated; a timed batch
+holds as many calls as the device's memory allows."""
 import os
 from types import SimpleNamespace
 
 import pytest
 
-from ablate.evaluate._judge import LARGE_BYTES, Evaluation, TooLarge, memory_plan
+from ablate.evaluate._judge import LARGE_BYTES, NEEDS, Evaluation, TooLarge
+from ablate.evaluate._shape import MAX_CALLS, batch_calls
 
 GiB = 1 << 30
 
@@ -19,38 +21,28 @@ def plan(moved: int, memory: int | None = 141 * GiB, draws: int = 3):
     return ev.plan({"N": 1})
 
 
-def test_an_ordinary_problem_gets_every_draw_and_four_timing_sources():
-    p = plan(256 << 20)
-    assert len({d for _, d in p["sets"]}) == 3 and len(p["sources"]) == 4
+def test_an_ordinary_problem_gets_every_draw():
+    assert len({d for _, d in plan(256 << 20)["sets"]}) == 3
 
 
-def test_a_large_problem_gets_one_draw_and_fewer_timing_sources():
-    p = plan(12 * GiB)  # KernelBench 19_ReLU: 6 GiB in, 6 GiB out
-    assert {d for _, d in p["sets"]} == {0} and 2 <= len(p["sources"]) <= 4
-    assert plan(LARGE_BYTES + 1, memory=None)["sources"]  # on a CPU no device budget applies
+def test_a_large_problem_gets_one_draw():
+    assert {d for _, d in plan(12 * GiB)["sets"]} == {0}  # KernelBench 19_ReLU: 6 GiB in, 6 GiB out
+    assert {d for _, d in plan(LARGE_BYTES + 1, memory=None)["sets"]} == {0}
 
 
 def test_a_problem_too_large_for_the_device_is_refused_in_one_line():
     with pytest.raises(TooLarge) as e:
-        plan(40 * GiB)
+        plan(int(0.85 * 141 * GiB / NEEDS) + GiB)
     assert "\n" not in str(e.value) and "GiB of the device's 141 GiB" in str(e.value)
 
 
-def test_what_building_a_set_took_decides_sources_and_sets_in_flight():
-    """KernelBench 36_RMSNorm_ on an H200 (7.5 GiB in, 7.5 out): its float64 reference peaks at
-    about six times the input (the upcast input, x ** 2, the quotient), which the estimate before
-    any set is built (three) did not cover, and the judge ran out of memory beside the candidate.
-    Measured, the plan keeps fewer sets in flight; heavier still, fewer sources; then a refusal."""
-    u, total = 7.5 * GiB, 140 * GiB
-    assert memory_plan(int(2 * u), total) == (4, 2)  # the estimate
-    assert memory_plan(int(2 * u), total, peak=int(6 * u), kept=int(2 * u)) == (4, 1)
-    assert memory_plan(int(2 * u), total, peak=int(9 * u), kept=int(2 * u)) == (2, 1)
-    with pytest.raises(TooLarge) as e:
-        memory_plan(int(2 * u), total, peak=int(11 * u), kept=int(2 * u), what="kernelbench/x shape")
-    assert "\n" not in str(e.value) and str(e.value).startswith("kernelbench/x shape moves 15.0 GiB a call")
-    assert memory_plan(int(2 * u), None, peak=int(50 * u)) == (None, 2)  # no device budget on a CPU
-    small = memory_plan(256 << 20, total, peak=3 << 30, kept=1 << 30)
-    assert small == (4, 2)  # an ordinary problem keeps every source and both sets in flight
+def test_a_batch_holds_what_memory_allows():
+    ev = SimpleNamespace(op=SimpleNamespace(bytes=lambda s: 256 << 20), device="cuda", info={"memory_bytes": 141 * GiB})
+    assert batch_calls(ev, {}, 10 ** 6) == min(MAX_CALLS, int(0.3 * 141 * GiB // (512 << 20)))
+    ev.op = SimpleNamespace(bytes=lambda s: 30 * GiB)
+    assert batch_calls(ev, {}, 10 ** 6) == 1  # one call at a time, never none
+    ev.op = SimpleNamespace(bytes=lambda s: 4096)
+    assert batch_calls(ev, {}, 10 ** 6) == MAX_CALLS  # a tiny problem: the launch queue bounds it
 
 
 def test_a_busy_judge_ends_when_its_caller_is_killed(tmp_path):

@@ -1,5 +1,5 @@
-"""The judge's timing verdicts: speedup against the best library, a physical speed of light,
-side streams, and speedups too good to pass without a human look."""
+"""The judge's timing verdicts: speedup against the best library, a physical speed of light, and
+speedups too good to pass without a human look."""
 from types import SimpleNamespace
 
 import pytest
@@ -11,9 +11,9 @@ OP = SimpleNamespace(bytes=lambda s: 2 * 2 * s["M"] * s["N"], flops=lambda s: 4 
 CEIL = {"copy_gbps": 4800.0, "matmul_tflops": 989.0}
 
 
-def timed(median, wall=None, lag=0.005):
+def timed(median, wall=None):
     return {"median": median, "p10": median, "p90": median, "n": 50, "wall_ms": median if wall is None else wall,
-            "lag_ms": lag, "trace": {"median": median * 0.98, "p10": median, "p90": median, "n": 50}}
+            "batches": 12, "voided": 0}
 
 
 def row():
@@ -31,7 +31,8 @@ def judge(r, median, device="cuda", l2=None, contention=None, **kw):
 def test_honest_time_gets_speedup_and_sol():
     r = row()
     fails, ran = judge(r, 0.08)
-    assert fails == {} and {"below_roofline", "stream_mismatch"} <= ran
+    assert fails == {} and ran == {"below_roofline"}
+    assert r["time_ms"]["batches"] == 12 and r["time_ms"]["voided"] == 0
     assert r["best_baseline"] == "liger" and r["speedup_vs_best"] == pytest.approx(1.25)
     assert r["sol_fraction"] == pytest.approx(2 * 2 * 16384 * 4096 / 4800e9 * 1e3 / 0.08)
 
@@ -81,18 +82,6 @@ def test_speedup_above_the_flag_is_marked_for_a_human_look():
     assert any(f.startswith("speedup_over_") for f in r["flags"])
 
 
-def test_device_busy_after_the_timed_stream_is_a_stream_mismatch():
-    fails, _ = judge(row(), 0.08, wall=0.9, lag=0.85)
-    assert list(fails) == ["stream_mismatch"]
-
-
-def test_host_overhead_alone_is_not_a_stream_mismatch():
-    fails, ran = {}, set()  # a small kernel with a slow Python wrapper: wall >> events, but no lag
-    judge_time(row(), {"M": 8, "N": 512}, timed(0.006, wall=0.12, lag=0.006), fails, ran, op=OP, device="cuda",
-               ceilings=CEIL)
-    assert fails == {}
-
-
 def test_cpu_times_are_not_held_to_gpu_ceilings():
     r = row()
     fails, ran = judge(r, 0.001, device="cpu", wall=5.0)
@@ -124,7 +113,7 @@ def test_another_process_on_the_gpu_is_said_not_rejected():
     assert fails == {} and {"contended_baseline", "gpu_contended"} <= set(r["flags"])
     assert r["contention"].endswith("55% of its rate")
     r = row()
-    assert judge(r, 0.08) == ({}, {"below_roofline", "stream_mismatch", "timing_disagrees"}) and "flags" not in r
+    assert judge(r, 0.08) == ({}, {"below_roofline"}) and "flags" not in r
 
 
 def test_a_library_installed_but_not_loaded_is_flagged_on_the_row():

@@ -1,0 +1,107 @@
+"""A library process: the baselines timed exactly as a candidate is, by the same driver (_candidate)
+in a process of the same kind (a fresh interpreter, the same environment), through the same
+messages and the same clock (_shape), so a library's time and a kernel's carry the same
+protocol cost and their ratio none of it. It runs trusted code only (the operator's registered
+baselines), so it is not confined.
+
+    python -m ablate.evaluate._library FD
+
+Protocol, after the driver's hello: the judge sends {"kind": "library", operator, node, name}
+to pick the function the following calls run (answered "ready", or "error" with why); then slots,
+call and release as for a candidate; "done" ends it.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from ablate.evaluate import _channel
+
+
+class Library:
+    """The judge's handle on its library process (started on first use, one per judge)."""
+
+    def __init__(self, device: str):
+        ours, theirs = _channel.pair()
+        env = dict(os.environ)
+        env["ABLATE_EVAL_DEVICE"] = device
+        self.proc = subprocess.Popen([sys.executable, "-m", "ablate.evaluate._library", str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        theirs.close()
+        self.ch = _channel.Channel(ours)
+        got = self.ch.recv(120.0)
+        if got is None or got[0].get("kind") != "hello":
+            self.close()
+            raise RuntimeError(f"the library process did not start: {self._err()}")
+        self.name = None
+
+    def _err(self) -> str:
+        try:
+            if self.proc.poll() is not None and self.proc.stderr is not None:
+                return self.proc.stderr.read().decode(errors="replace")[-2000:]
+        except OSError:
+            pass
+        return "no answer"
+
+    def use(self, operator: str, node: dict | None, name: str) -> None:
+        self.ch.send("library", operator=operator, node=node, name=name)
+        got = self.ch.recv(600.0)
+        if got is None or got[0].get("kind") != "ready":
+            raise RuntimeError(str((got or [{}])[0].get("message") or self._err())[:2000])
+        self.name = name
+
+    def peer(self):
+        from ablate.evaluate._shape import Peer
+
+        def receive(kinds, limit):
+            got = self.ch.recv(limit)
+            if got is not None and got[0].get("kind") not in kinds:
+                _channel.close_all(got[1])
+                raise RuntimeError(f"the library process sent {got[0].get('kind')!r}")
+            return got
+
+        return Peer(lambda kind, fds=(), **msg: self.ch.send(kind, fds=fds, **msg), receive,
+                    lambda: self.proc.poll() is None)
+
+    def close(self) -> None:
+        try:
+            self.ch.send("done")
+        except (_channel.Closed, OSError):
+            pass
+        self.ch.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def main(fd: int) -> int:
+    from ablate.evaluate import _candidate, _judge
+
+    torch, device, snapshot, pool = _candidate.prepare(os.environ.get("ABLATE_EVAL_DEVICE", "auto"))
+    ch = _channel.Channel.from_fd(fd)
+    ch.send("hello", pid=os.getpid())
+    driver = _candidate.Driver({"library_ops": ()}, torch, device, snapshot, ch, [], pool)
+
+    def use(msg: dict) -> None:
+        if msg.get("kind") != "library":
+            raise SystemExit(0)
+        try:
+            op = _judge.load_operator(msg["operator"], msg.get("node"))
+            driver.fn = op.baselines[msg["name"]].fn
+        except Exception as e:  # noqa: BLE001 (said to the judge, which skips this library)
+            return ch.send("error", message=f"{type(e).__name__}: {e}")
+        driver.signature_checked = None
+        ch.send("ready")
+
+    try:
+        driver.serve(other=use)
+    except _channel.Closed:
+        pass
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))

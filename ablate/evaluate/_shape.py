@@ -1,0 +1,439 @@
+"""One shape, judged: its input sets checked one by one, then its time taken by the judge's clock,
+for a candidate and for every library alike (a library runs in a process of the same kind, through
+the same messages: _library).
+
+The peer (the process that calls the kernel) is driven through shared memory (_exchange): the
+judge writes each input set into a slot, asks for a batch of calls ("call"), and reads every
+output from its own mapping of the memory the output was written into. The peer's report
+("called") says where the outputs are and what its own watch saw (the guard, the dispatched
+operators); it carries no time.
+
+Timing on a GPU (a batch, all on the judge's stream but the peer's calls):
+  the judge draws fresh inputs for every call of the batch into memory of its own; asks the peer
+  to queue the calls behind the gate word (the peer answers once they are queued); then
+  stamp, copy the inputs into the slots, stamp, witness, open the gate (t0); waits for the peer's
+  marker; then stamp (t1), witness, copy out the outputs and inputs of the calls drawn now for
+  checking, stamp, witness. The batch's time is t1 - t0 over its calls. A witness that saw another
+  context's work, or a copy into the slots much slower than at the start, voids the batch: work
+  started before t0 or left after t1. The drawn calls' outputs must be right for their exact
+  inputs (stale_output), and their inputs unchanged (input_mutated).
+On a CPU (Triton's interpreter), the judge's clock is the message round trip of a batch; the
+peer copies the outputs' raw bytes where the judge reads them before it answers.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from ablate.evaluate import _channel, _correctness, _exchange
+from ablate.evaluate._reasons import REASONS
+
+TARGET_BATCH_MS = 8.0  # a batch's calls add up to about this (the protocol's own cost is ~10 us a batch)
+BUDGET_MS = 100.0  # timed calls per shape, in all
+MIN_BATCHES, MAX_BATCHES = 3, 40
+MAX_WALL_S = 20.0  # one shape's timing, whatever the kernel's speed
+DRAWS_PER_BATCH = 2  # calls of each batch checked against their own reference
+WITNESS_NS = 5_000_000  # twice a time slice (2.4 ms on an H200: benchmarks/results/h200-judge-clock)
+GAP_NS = 20_000  # a gap in a witness longer than this is another context's turn on the device
+FILL_SLACK = 1.5  # a copy into the slots this much slower than the setup's (plus FILL_SLACK_NS): contended
+FILL_SLACK_NS = 50_000
+QUEUE_WAIT_S = 5.0  # the peer's "called" for a gated batch, before the gate opens anyway
+SLOT_MEMORY = 0.3  # of the device's memory: the slots, the judge's staged inputs and the peer's outputs
+CPU_CALLS = 3
+MAX_CALLS = 512  # a batch's calls, at most (each queued launch waits in the driver's queue until the gate opens)
+VOID_LIMIT = 0.5  # more than this share of a shape's batches voided: the candidate's own work, unless the GPU is shared
+
+
+def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool) -> tuple[float, str | None, float]:
+    """From a batch's stamps and witnesses (the judge's words: 0 and 1 around the copy into the
+    slots, 2 the gate's opening, 3 the end, witnesses at 16, 24 and 32): (window in ms, why the
+    batch is void or None, the copy's nanoseconds a call). fill_ns: that copy in the shape's first
+    batch (None: this is it)."""
+    from ablate.evaluate._clock import gaps
+
+    window = (words[3] - words[2]) / 1e6
+    fill = (words[1] - words[0]) / n  # per call: batches differ in size
+    if fill_ns is not None and fill > fill_ns * FILL_SLACK + FILL_SLACK_NS / n:
+        return window, f"the inputs took {fill / 1e3:.1f} us a call to copy in, {fill_ns / 1e3:.1f} us the first time", fill
+    for name, at in (("before the start", 16), ("after the end", 24), ("after the check", 32)):
+        g = gaps(words[at:at + 5])
+        if g["gaps"]:
+            return window, (f"another context ran {g['gap_ns'] / 1e3:.0f} us {name} (longest "
+                            f"{g['longest_gap_ns'] / 1e3:.0f} us)"), fill
+    if not queued:
+        return window, "the calls were not all queued before the gate opened", fill
+    return window, None, fill
+
+
+class Gone(Exception):
+    """The peer ended (or broke the protocol) mid-shape."""
+
+
+class Peer:
+    """The process calling the kernel, as a shape sees it: send(kind, fds, **msg), and
+    receive(kinds, limit) -> (msg, fds) or None (gone, or nothing within limit seconds)."""
+
+    def __init__(self, send, receive, alive):
+        self.send, self.receive, self.alive = send, receive, alive
+
+
+def batch_calls(ev, shape: dict, n: int) -> int:
+    """How many calls one timed batch may hold, by memory: each call needs its inputs in a slot,
+    its inputs staged by the judge and its outputs kept by the peer."""
+    moved = max(int(ev.op.bytes(shape)), 1)
+    total = ev.info.get("memory_bytes") if ev.device == "cuda" else None
+    if not total:
+        return max(1, min(n, CPU_CALLS))
+    return max(1, min(n, MAX_CALLS, int(SLOT_MEMORY * total // (2 * moved))))
+
+
+class ShapeJudge:
+    def __init__(self, ev, i: int, shape: dict, peer: Peer):
+        self.ev, self.i, self.shape, self.peer = ev, i, shape, peer
+        self.torch = ev.torch
+        self.plan = ev.plans[i]
+        self.device = ev.device
+        self.slots = self.segments = self.kernels = None
+        self.words = None
+        self.flags: list[str] = []
+        self.voided: list[str] = []
+        self.draws_per_batch = DRAWS_PER_BATCH
+
+    # -- setup -------------------------------------------------------------------------------
+    def open(self, count: int, sample) -> None:
+        """Slots for `count` input sets shaped like `sample`, sent to the peer with the marker
+        (GPU) or the outputs' memfd (CPU)."""
+        self.entry_plan, slot_bytes = _exchange.plan_slot(sample)
+        self.slots = _exchange.Slots(self.device, count, slot_bytes)
+        self.segments = _exchange.Segments(self.device)
+        fds = [self.slots.take_fd()]
+        msg = {"shape": self.i, "size": self.slots.size, "nbytes": self.slots.nbytes}
+        exp = self.plan.get("expected") or _correctness.expected(self.ev.op, sample)
+        self.exp = exp
+        self.out_plan, out_bytes = [], 0
+        for shp, dtype in exp:
+            n = math.prod(shp) * getattr(self.torch, dtype).itemsize if shp is not None else 0
+            self.out_plan.append(n)
+            out_bytes += -(-n // _exchange.ALIGN) * _exchange.ALIGN
+        self.out_slot = max(out_bytes, _exchange.ALIGN)
+        if self.device == "cuda":
+            from ablate.evaluate import _clock
+
+            self.kernels = self.ev.clock_kernels()
+            self.words = self.torch.zeros(64, dtype=self.torch.int64, device="cuda")
+            self.stream = self.torch.cuda.current_stream().cuda_stream
+            self._clock = _clock
+        else:
+            fds.append(self.segments.add_cpu(count * self.out_slot))
+            msg["out_bytes"] = count * self.out_slot
+        try:
+            self.peer.send("slots", fds=fds, **msg)
+        finally:
+            if self.device != "cuda":
+                _channel.close_all(fds[1:])
+            _channel.close_all(fds[:1])
+
+    def close(self) -> None:
+        for part in (self.slots, self.segments):
+            if part is not None:
+                part.close()
+        try:
+            self.peer.send("release")
+        except _channel.Closed:
+            pass
+
+    def dests(self, k: int) -> list[dict] | None:
+        if self.device == "cuda":
+            return None
+        out, off = [], k * self.out_slot
+        for n in self.out_plan:
+            out.append({"offset": off, "nbytes": n})
+            off += -(-n // _exchange.ALIGN) * _exchange.ALIGN
+        return out
+
+    def call_msg(self, ks: list[int]) -> list[dict]:
+        return [{"inputs": self.slots.entries(k, self.entry_plan), "outputs": self.dests(k)} for k in ks]
+
+    # -- a batch's report --------------------------------------------------------------------
+    def receive_called(self, batch: int, limit: float | None = None) -> dict | None:
+        """The peer's report of a batch (its new output segments mapped on the way)."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            got = self.peer.receive(("called", "segments"), wait)
+            if got is None:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                raise Gone("the peer ended before reporting its calls")
+            msg, fds = got
+            try:
+                segs = msg.get("segments") or []
+                if self.device == "cuda" and len(segs) != len(fds):
+                    raise _exchange.Malformed(f"{len(segs)} segments with {len(fds)} descriptors")
+                for (sid, size), fd in zip(segs, fds):
+                    self.segments.add_gpu(int(sid), int(size), fd)
+                    fds = [f for f in fds if f != fd]
+            except (_exchange.Malformed, TypeError, ValueError, KeyError) as e:
+                _channel.close_all(fds)
+                raise Gone(f"protocol: {e}") from None
+            except Exception as e:  # noqa: BLE001 (a descriptor the driver cannot map)
+                _channel.close_all(fds)
+                raise Gone(f"protocol: an output segment that cannot be mapped: {type(e).__name__}: {e}") from None
+            _channel.close_all(fds)
+            if msg["kind"] == "segments":
+                continue
+            if msg.get("batch") != batch or not isinstance(msg.get("calls"), list):
+                raise Gone(f"protocol: a report for batch {msg.get('batch')!r}, expected {batch}")
+            return msg
+
+    def outputs(self, rep: dict) -> list | dict:
+        """The outputs one call's report describes, copied out of the peer's memory; or
+        {reason: message} when they break the contract."""
+        entries = rep.get("entries")
+        if not isinstance(entries, list):
+            raise _exchange.Malformed("a call's outputs are not described")
+        if len(entries) != len(self.exp):
+            return {"wrong_shape": f"{len(entries)} outputs, expected {len(self.exp)}"}
+        outs = []
+        for e, (shp, dtype) in zip(entries, self.exp):
+            if shp is None:
+                if not isinstance(e, dict) or type(e.get("value")) not in (int, float, bool):
+                    raise _exchange.Malformed(f"a number output described as {str(e)[:100]}")
+                outs.append(e["value"])
+                continue
+            if not isinstance(e, dict) or "value" in e:
+                return {"wrong_shape": f"an output is {str(e)[:80]}, expected a tensor"}
+            if e.get("shape") != shp:
+                return {"wrong_shape": f"output shape {e.get('shape')}, expected {shp}"}
+            if e.get("dtype") != dtype:
+                return {"wrong_dtype": f"output dtype {e.get('dtype')}, expected {dtype}"}
+            if not _exchange.dense(e.get("shape") or [], e.get("stride") or []):
+                return {"output_not_dense": f"strides {e.get('stride')} for shape {shp}"}
+            try:
+                outs.append(self.segments.read(e).clone())
+            except _exchange.Malformed:
+                raise
+            except Exception as err:  # noqa: BLE001 (a description torch cannot view: the peer's doing)
+                raise _exchange.Malformed(f"an output described as {str(e)[:160]}: {err}") from None
+        return outs
+
+    @staticmethod
+    def failures_of(rep: dict, fails: dict, prefix: str) -> None:
+        for reason, text in (rep.get("failures") or {}).items():
+            fails.setdefault(reason if reason in REASONS else "protocol_violation", f"{prefix}{text}")
+
+    # -- correctness ---------------------------------------------------------------------------
+    def check_set(self, k: int, ins, refs, env, fails: dict, first: bool):
+        """Input set k on slot 0: one call, its outputs judged. Returns the rule's judgement, or
+        None with fails filled (and "fatal" there when nothing more can run)."""
+        slot_views = self.slots.place(0, ins, self.entry_plan)
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+        self.peer.send("call", shape=self.i, batch=0, gated=False, check=True, first=first, calls=self.call_msg([0]))
+        msg = self.receive_called(0)
+        self.failures_of(msg, fails, "")
+        if msg.get("copied"):
+            self.flags.append("outputs_copied")
+        if not msg["calls"]:
+            fails.setdefault("protocol_violation", "a batch of one call reported no call")
+            return None
+        rep = msg["calls"][0]
+        self.failures_of(rep, fails, "")
+        if rep.get("threads"):
+            self.flags.append("threads_left_running")
+        if rep.get("reason"):
+            reason = str(rep["reason"])
+            fails.setdefault(reason if reason in REASONS else "protocol_violation", str(rep.get("message"))[:4000])
+            if rep.get("fatal"):
+                fails["fatal"] = True
+            return None
+        outs = self.outputs(rep)
+        for a, b in zip(slot_views, ins):
+            if isinstance(a, self.torch.Tensor) and not self.torch.equal(a, b):
+                fails.setdefault("input_mutated", "an input changed during the call")
+        if isinstance(outs, dict):
+            fails.update(outs)
+            return None
+        f, j = _correctness.judge_set(self.ev.op, outs, refs, ins, env)
+        fails.update({k2: v for k2, v in f.items() if k2 not in fails})
+        return j
+
+    # -- timing --------------------------------------------------------------------------------
+    def timed_inputs(self, b: int, j: int):
+        """Fresh inputs for call j of batch b (a distribution each, in turn), and how to rebuild them."""
+        from ablate.evaluate import _judge
+        from operators import DISTRIBUTIONS
+
+        dist = DISTRIBUTIONS[j % len(DISTRIBUTIONS)]
+        seed = _judge.set_seed(self.ev.cfg["seed"], _judge.shape_key(self.shape), f"timed-{b}", j)
+        return self.ev.op.make_inputs(self.shape, seed, self.device, dist), dist
+
+    def time_cpu(self, fails: dict) -> dict | None:
+        """The interpreter's clock: one batch of CPU_CALLS calls, timed by the message round trip."""
+        n = min(CPU_CALLS, self.slots.count)
+        staged = [self.timed_inputs(1, j) for j in range(n)]
+        for j, (ins, _) in enumerate(staged):
+            self.slots.place(j, ins, self.entry_plan)
+        t0 = time.perf_counter()
+        self.peer.send("call", shape=self.i, batch=1, gated=False, check=False, first=False, calls=self.call_msg(range(n)))
+        msg = self.receive_called(1)
+        ms = (time.perf_counter() - t0) * 1e3 / n
+        self.failures_of(msg, fails, "during timing: ")
+        if not self.check_timed(msg, staged, range(n), fails):
+            return None
+        return {"median": ms, "p10": ms, "p90": ms, "n": n, "wall_ms": ms, "batches": 1}
+
+    def check_timed(self, msg: dict, staged, drawn, fails: dict, snap=None) -> bool:
+        """The drawn calls of a timed batch: outputs right for their own inputs, inputs unchanged.
+        snap: {call: (outputs, inputs)} copied out right after the batch (GPU)."""
+        calls = msg["calls"]
+        if len(calls) < len(staged) or any(c.get("reason") for c in calls):
+            bad = next((c for c in calls if c.get("reason")), None)
+            if bad is not None:
+                reason = str(bad["reason"])
+                fails.setdefault(reason if reason in REASONS else "protocol_violation",
+                                 f"during timing: {str(bad.get('message'))[:3000]}")
+                if bad.get("fatal"):
+                    fails["fatal"] = True
+            else:
+                fails.setdefault("protocol_violation", f"{len(calls)} calls reported for {len(staged)}")
+            return False
+        for j in drawn:
+            ins, dist = staged[j]
+            if snap is not None:
+                outs, seen = snap[j]
+            else:
+                outs = self.outputs(calls[j])
+                seen = self.slots.views(j, self.entry_plan)
+            if isinstance(outs, dict):
+                fails.update({k: f"timed call {j}: {v}" for k, v in outs.items() if k not in fails})
+                return False
+            if seen is not None and any(isinstance(a, self.torch.Tensor) and not self.torch.equal(a, b)
+                                        for a, b in zip(seen, ins)):
+                fails.setdefault("input_mutated", f"timed call {j}: an input changed during the call")
+            refs = _correctness.reference_outputs(self.ev.op, ins)
+            env = _correctness.for_input(self.ev.op, ins, refs, self.plan["envelopes"][dist])
+            f = _correctness.judge_set(self.ev.op, outs, refs, ins, env)[0]
+            if f:
+                fails.setdefault("stale_output", f"timed call {j}: {next(iter(f.values()))}")
+                return False
+        return True
+
+    def time_gpu(self, fails: dict) -> dict | None:
+        """Batches on the judge's clock until BUDGET_MS of calls are timed (see the docstring). The
+        first clean batch (two calls) is a warm-up that sizes the rest; it is not counted."""
+        start_wall = time.monotonic()
+        per_call, est, b, timed_ms = [], None, 0, 0.0
+        self.fill_ns, self.max_n = None, self.slots.count
+        while True:
+            b += 1
+            n = min(2, self.max_n) if est is None else \
+                max(1, min(self.max_n, math.ceil(TARGET_BATCH_MS / max(est, 1e-4))))
+            got = self.gpu_batch(b, n, fails, est)
+            if got is None:
+                return None
+            window_ms, why = got
+            if why is not None:
+                self.voided.append(f"batch {b}: {why}")
+            elif est is None:
+                est = window_ms / n
+            else:
+                per_call.append(window_ms / n)
+                timed_ms += window_ms
+            if (len(per_call) >= MIN_BATCHES and timed_ms >= BUDGET_MS) or b >= MAX_BATCHES \
+                    or time.monotonic() - start_wall > MAX_WALL_S:
+                break
+        if not per_call:
+            fails.setdefault("work_outside_window", "no batch of calls could be timed cleanly: "
+                                                    + "; ".join(self.voided[:3]))
+            return None
+        s = sorted(per_call)
+        q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
+        mid = len(s) // 2
+        med = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+        return {"median": med, "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": med, "batches": b,
+                "voided": len(self.voided), "calls_per_batch": n}
+
+    def gpu_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
+        """One gated batch of n calls: (window ms, why it is void or None), or None when the kernel
+        failed (fails says why). Everything after the peer's calls are queued is queued on the
+        judge's stream at once; the host only waits for it."""
+        from ablate.evaluate import _cuda
+
+        torch, k, w, st = self.torch, self.kernels, self.words, self.stream
+        ptr = w.data_ptr()
+        staged = [self.timed_inputs(b, j) for j in range(n)]
+        torch.cuda.synchronize()
+        self.peer.send("call", shape=self.i, batch=b, gated=True, check=False, first=b == 1, calls=self.call_msg(range(n)))
+        msg = self.receive_called(b, QUEUE_WAIT_S)
+        queued = msg is not None
+        drawn = sorted(set(self.draw(n))) if queued else []
+        # the start: the inputs into the slots, a witness, the gate
+        k.stamp(st, ptr + 0)
+        views = [self.slots.place(j, ins, self.entry_plan) for j, (ins, _) in enumerate(staged)]
+        k.stamp(st, ptr + 8)
+        k.witness(st, ptr + 16 * 8, WITNESS_NS, GAP_NS)
+        k.open(st, ptr + 2 * 8, self.slots.gate_ptr, b)
+        # the end: the judge's stream waits for the peer's marker, stamps, watches, copies out the
+        # drawn calls, watches again
+        _cuda.wait_value(st, self.slots.marker_ptr, b)
+        k.stamp(st, ptr + 3 * 8)
+        k.witness(st, ptr + 24 * 8, WITNESS_NS, GAP_NS)
+        snap = {}
+        try:
+            for j in drawn:
+                rep = msg["calls"][j] if j < len(msg["calls"]) else {"reason": "missing"}
+                outs = None if rep.get("reason") else self.outputs(rep)
+                snap[j] = (outs, [v.clone() if isinstance(v, torch.Tensor) else v for v in views[j]])
+        except (_exchange.Malformed, IndexError, TypeError) as e:
+            self._release(b)
+            raise Gone(f"protocol: {e}") from None
+        k.stamp(st, ptr + 4 * 8)
+        k.witness(st, ptr + 32 * 8, WITNESS_NS, GAP_NS)
+        done = torch.cuda.Event()
+        done.record()
+        limit = max(30.0, 0.02 * n * (est_ms or 10.0))
+        deadline = time.monotonic() + limit
+        while not done.query():
+            if time.monotonic() > deadline:
+                self._release(b)
+                fails.setdefault("timeout", f"a batch of {n} calls did not end within {limit:.0f} s")
+                fails["fatal"] = True
+                return None
+            if not self.peer.alive():
+                self._release(b)
+                raise Gone("the peer ended during a batch")
+            time.sleep(0.0005)
+        words = w.cpu().tolist()
+        if msg is None:
+            msg = self.receive_called(b, QUEUE_WAIT_S)
+            if msg is None:
+                raise Gone("the peer did not report its batch")
+        self.failures_of(msg, fails, "during timing: ")
+        if any(c.get("reason") for c in msg["calls"]) or len(msg["calls"]) < n:
+            self.check_timed(msg, staged, [], fails)
+            return None
+        if any(snap[j][0] is None for j in drawn):
+            fails.setdefault("protocol_violation", "a timed call's outputs were not described")
+            return None
+        if not self.check_timed(msg, staged, drawn, fails, snap):
+            return None
+        window, why, fill = batch_verdict(words, n, self.fill_ns, queued)
+        if self.fill_ns is None:
+            self.fill_ns = fill
+        if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
+            self.max_n = max(1, n // 4)
+        return window, why
+
+    def _release(self, b: int) -> None:
+        """Set the marker from the host (a stream of its own), so the judge's stream waiting on it
+        goes on: the batch failed and its wait must not hold the device."""
+        side = self.torch.cuda.Stream()
+        with self.torch.cuda.stream(side):
+            self.slots.raw[_exchange.MARKER:_exchange.MARKER + 4].view(self.torch.int32).fill_(b)
+        side.synchronize()
+        self.torch.cuda.synchronize()
+
+    def draw(self, n: int) -> list[int]:
+        return [int.from_bytes(os.urandom(4), "little") % n for _ in range(min(n, self.draws_per_batch))]

@@ -1,0 +1,441 @@
+"""What the judge's clock rests on, measured on a CUDA machine (nothing here runs without one).
+
+    python -m benchmarks.judge_clock primitives --out DIR [--sandbox]
+
+One JSON file (DIR/primitives.json) and a summary on stdout:
+- timer: the global timer's resolution (consecutive stamps of back-to-back kernels);
+- slices: a witness (ablate/evaluate/_clock.py) alone, beside another process spinning on the
+  device, beside one streaming memory, and beside one whose stream waits on a word no one sets:
+  the longest gap and the gaps seen, i.e. how long another context's time slice is and whether a
+  waiting stream takes any;
+- shared: device memory created in one process and mapped in another through a file descriptor
+  (also across a PID namespace with --sandbox: bwrap --unshare-pid), both directions;
+- pool: a torch MemPool whose allocator is ctypes callbacks creating shareable memory, so a
+  kernel's outputs are readable by the judge where they were written;
+- batch: a gated batch of torch's rms_norm on distinct inputs, timed by the judge's clock, beside
+  triton.testing.do_bench and do_bench_cudagraph of the same call.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CHILD_MODES = ("spin", "stream", "wait", "map", "export", "pool", "batch")
+# compare: the library each operator's ratio is checked against, and a kernel.py calling it
+LIBRARIES = {
+    "rmsnorm": ("torch_F.rms_norm", "import torch\n\ndef kernel(x, weight):\n"
+                "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, 1e-6)\n"),
+    "softmax": ("torch_F.softmax", "import torch\n\ndef kernel(x):\n    return torch.nn.functional.softmax(x, dim=-1)\n"),
+    "gemm": ("cublas", "import torch\n\ndef kernel(a, b):\n    return torch.matmul(a, b.T)\n"),
+}
+
+
+def _send(sock, obj, fds=()):
+    data = json.dumps(obj).encode() + b"\n"
+    socket.send_fds(sock, [data], list(fds)) if fds else sock.sendall(data)
+
+
+def _recv(sock):
+    buf, fds = b"", []
+    while not buf.endswith(b"\n"):
+        msg, got, _, _ = socket.recv_fds(sock, 1 << 16, 8)
+        if not msg:
+            raise EOFError("the child closed its socket")
+        buf += msg
+        fds += got
+    return json.loads(buf), fds
+
+
+# -- the child process -----------------------------------------------------------------------------
+def child(mode: str, fd: int) -> None:
+    import torch
+
+    from ablate.evaluate import _cuda
+
+    sock = socket.socket(fileno=fd)
+    torch.zeros(1, device="cuda")
+    if mode == "spin":  # the device busy with a spinning kernel for ~300 ms
+        _send(sock, {"ready": True})
+        torch.cuda._sleep(int(2e9 * 0.3))
+        torch.cuda.synchronize()
+        return _send(sock, {"done": True})
+    if mode == "stream":  # the device busy streaming memory for ~300 ms
+        a = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+        b = torch.empty_like(a)
+        _send(sock, {"ready": True})
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.3:
+            b.copy_(a)
+        torch.cuda.synchronize()
+        return _send(sock, {"done": True})
+    if mode == "wait":  # a stream waiting on a host word no one sets (until the host releases it)
+        import mmap
+
+        fd = os.memfd_create("word")
+        os.ftruncate(fd, 4096)
+        word = _cuda.HostWord(mmap.mmap(fd, 4096), registered=True)
+        word.write(0)
+        _cuda.wait_value(torch.cuda.current_stream().cuda_stream, word.dptr, 1)
+        _send(sock, {"ready": True})
+        _recv(sock)  # release
+        word.write(1)
+        torch.cuda.synchronize()
+        return _send(sock, {"done": True})
+    if mode == "map":  # map the parent's memory, check its pattern, write one back
+        msg, fds = _recv(sock)
+        m = _cuda.Shared.open(fds[0], msg["size"])
+        t = torch.as_tensor(_cuda.DeviceArray(m.ptr, msg["nbytes"]), device="cuda").view(torch.int32)
+        seen = int(t.sum().item())
+        t.fill_(7)
+        torch.cuda.synchronize()
+        return _send(sock, {"sum": seen})
+    if mode == "export":  # memory of the child's, mapped by the parent
+        m = _cuda.Shared.create(1 << 24)
+        t = torch.as_tensor(_cuda.DeviceArray(m.ptr, 1 << 24), device="cuda").view(torch.int32)
+        t.fill_(3)
+        torch.cuda.synchronize()
+        _send(sock, {"size": m.size, "nbytes": 1 << 24}, fds=[m.take_fd()])
+        _recv(sock)
+        return _send(sock, {"after": int(t[:4].sum().item())})
+    if mode == "pool":
+        from ablate.evaluate import _pool
+
+        pool = _pool.OutputPool()
+        x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        with pool.active():
+            y = torch.nn.functional.rms_norm(x, (4096,))
+        torch.cuda.synchronize()
+        seg, off = pool.locate(y.data_ptr(), y.numel() * y.element_size())
+        fds = pool.new_fds()
+        _send(sock, {"segments": [[i, s] for i, s, _ in fds], "seg": seg, "off": off,
+                     "nbytes": y.numel() * 2, "sum": float(y.float().sum().item())}, fds=[f for _, _, f in fds])
+        _recv(sock)
+        return _send(sock, {"done": True})
+    if mode == "batch":
+        msg, fds = _recv(sock)
+        inputs = _cuda.Shared.open(fds[0], msg["size"])
+        marker = _cuda.HostWord(__import__("mmap").mmap(fds[1], 4096), registered=True)
+        os.close(fds[1])
+        M, N, R = msg["M"], msg["N"], msg["R"]
+        raw = torch.as_tensor(_cuda.DeviceArray(inputs.ptr, inputs.size), device="cuda")
+        gate = raw[:256].view(torch.int32)
+        slot = M * N * 2
+        xs = [raw[256 + j * slot: 256 + (j + 1) * slot].view(torch.bfloat16).view(M, N) for j in range(R)]
+        w = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+        stream = torch.cuda.current_stream().cuda_stream
+        for x in xs[:3]:  # warm-up
+            torch.nn.functional.rms_norm(x, (N,), w)
+        torch.cuda.synchronize()
+        _send(sock, {"ready": True})
+        while True:
+            msg, _ = _recv(sock)
+            if msg.get("stop"):
+                return
+            b = msg["b"]
+            _cuda.wait_value(stream, gate.data_ptr(), b)
+            outs = [torch.nn.functional.rms_norm(xs[j], (N,), w) for j in range(msg["R"])]
+            _cuda.write_value(stream, marker.dptr, b)
+            _send(sock, {"queued": b})
+            torch.cuda.synchronize()
+            del outs
+
+
+def spawn(mode: str, sandbox: bool):
+    a, b = socket.socketpair()
+    cmd = [sys.executable, "-m", "benchmarks.judge_clock", "child", mode, str(b.fileno())]
+    if sandbox:
+        from ablate.sandbox import _bwrap
+
+        cmd = [_bwrap.locate(), "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "--die-with-parent", *cmd]
+    proc = subprocess.Popen(cmd, pass_fds=[b.fileno()], cwd=Path(__file__).resolve().parent.parent)
+    b.close()
+    a.settimeout(60)
+    return proc, a
+
+
+# -- the judge's side ------------------------------------------------------------------------------
+def primitives(out: Path, sandbox: bool, only: list[str]) -> dict:
+    import torch
+    import triton
+
+    from ablate.evaluate import _clock, _cuda
+
+    torch.zeros(1, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    k = _clock.Kernels()
+    words = torch.zeros(4096, dtype=torch.int64, device="cuda")
+    res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                 "sandbox": sandbox, "command": " ".join(sys.argv)}
+
+    def witness(ms, threshold_ns=2000):
+        k.witness(stream, words.data_ptr(), int(ms * 1e6), threshold_ns)
+        torch.cuda.synchronize()
+        return _clock.gaps(words[:5].cpu().tolist())
+
+    def timer():
+        for i in range(400):
+            k.stamp(stream, words.data_ptr() + 8 * i)
+        torch.cuda.synchronize()
+        t = words[:400].cpu().tolist()
+        d = sorted(b - a for a, b in zip(t, t[1:]))
+        return {"median_step_ns": d[len(d) // 2], "min_step_ns": d[0], "zero_steps": sum(x == 0 for x in d),
+                "distinct": len(set(t))}
+
+    def slices():
+        got = {"alone_5ms": witness(5), "alone_50ms": witness(50)}
+        for mode in ("spin", "stream", "wait"):
+            proc, sock = spawn(mode, sandbox)
+            try:
+                _recv(sock)
+                time.sleep(0.02)
+                got[f"beside_{mode}"] = witness(50)
+                if mode == "wait":
+                    got["fill_GBps_beside_wait"] = _fill_rate()
+                    got["fill_GBps_alone"] = None
+                    _send(sock, {"release": True})
+                _recv(sock)
+            finally:
+                _end(proc)
+        got["fill_GBps_alone"] = _fill_rate()
+        return got
+
+    def shared():
+        m = _cuda.Shared.create(1 << 24)
+        t = torch.as_tensor(_cuda.DeviceArray(m.ptr, 1 << 24), device="cuda").view(torch.int32)
+        t.fill_(1)
+        torch.cuda.synchronize()
+        got = {}
+        proc, sock = spawn("map", sandbox)
+        try:
+            _send(sock, {"size": m.size, "nbytes": 1 << 24}, fds=[m.take_fd()])
+            seen, _ = _recv(sock)
+            got = {"child_saw_sum": seen["sum"], "expected": (1 << 24) // 4, "parent_sees_after": int(t[:4].sum().item())}
+        finally:
+            _end(proc)
+        proc, sock = spawn("export", sandbox)
+        try:
+            msg, fds = _recv(sock)
+            theirs = _cuda.Shared.open(fds[0], msg["size"])
+            tt = torch.as_tensor(_cuda.DeviceArray(theirs.ptr, msg["nbytes"]), device="cuda").view(torch.int32)
+            got["parent_saw_child_sum"] = int(tt.sum().item())
+            tt.fill_(5)
+            torch.cuda.synchronize()
+            _send(sock, {"go": True})
+            got["child_sees_after"] = _recv(sock)[0]["after"]
+        finally:
+            _end(proc)
+        return got
+
+    def pool():
+        proc, sock = spawn("pool", sandbox)
+        try:
+            msg, fds = _recv(sock)
+            segs = {i: _cuda.Shared.open(f, s) for (i, s), f in zip(msg["segments"], fds)}
+            y = torch.as_tensor(_cuda.DeviceArray(segs[msg["seg"]].ptr + msg["off"], msg["nbytes"]), device="cuda")
+            got = {"child_sum": msg["sum"], "parent_sum": float(y.view(torch.bfloat16).float().sum().item()),
+                   "segments": len(segs)}
+            _send(sock, {"go": True})
+            _recv(sock)
+        finally:
+            _end(proc)
+        return got
+
+    sections = {"timer": timer, "slices": slices, "shared": shared, "pool": pool,
+                "batch": lambda: _batches(sandbox, k, words, stream)}
+    for name, fn in sections.items():
+        if only and name not in only:
+            continue
+        t0 = time.perf_counter()
+        try:
+            res[name] = fn()
+        except Exception as e:  # noqa: BLE001 (one section's failure is a result too)
+            import traceback
+
+            res[name] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
+        print(f"{name}: {time.perf_counter() - t0:.1f} s: {json.dumps(res[name])[:1500]}", flush=True)
+        (out / "primitives.json").write_text(json.dumps(res, indent=1))
+    return res
+
+
+def _end(proc) -> None:
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _fill_rate() -> float:
+    import torch
+
+    a = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        a.fill_(1.0)
+    torch.cuda.synchronize()
+    return round(10 * a.numel() * 4 / (time.perf_counter() - t) / 1e9, 1)
+
+
+def _batches(sandbox, k, words, stream) -> list[dict]:
+    import mmap
+
+    import torch
+    import triton
+
+    from ablate.evaluate import _cuda
+
+    rows = []
+    for M, N in ((16384, 4096), (8192, 5120), (4000, 7168))[: 1 if sandbox else 3]:
+        slot = M * N * 2
+        R = max(4, min(64, int(12e9 // (2 * slot))))
+        inputs = _cuda.Shared.create(256 + R * slot)
+        raw = torch.as_tensor(_cuda.DeviceArray(inputs.ptr, inputs.size), device="cuda")
+        gate = raw[:256].view(torch.int32)
+        gate.zero_()
+        xs = [raw[256 + j * slot: 256 + (j + 1) * slot].view(torch.bfloat16).view(M, N) for j in range(R)]
+        for x in xs:
+            x.normal_()
+        torch.cuda.synchronize()
+        mfd = os.memfd_create("marker")
+        os.ftruncate(mfd, 4096)
+        marker = _cuda.HostWord(mmap.mmap(mfd, 4096), registered=False)
+        proc, sock = spawn("batch", sandbox)
+        try:
+            _send(sock, {"size": inputs.size, "M": M, "N": N, "R": R}, fds=[inputs.take_fd(), mfd])
+            os.close(mfd)
+            _recv(sock)
+            windows, pre, post, overhead = [], [], [], []
+            for b in range(1, 13):
+                r = 0 if b <= 2 else R  # two empty batches: the protocol's own cost
+                _send(sock, {"b": b, "R": r})
+                _recv(sock)  # queued
+                for x in xs:  # fresh inputs, as the judge writes them
+                    x.normal_()
+                k.witness(stream, words.data_ptr() + 64, int(3e6), 2000)
+                k.open(stream, words.data_ptr(), gate.data_ptr(), b)
+                torch.cuda.synchronize()
+                t_host = time.perf_counter()
+                while marker.read() < b:
+                    if time.perf_counter() - t_host > 10:
+                        raise TimeoutError("no marker")
+                k.stamp(stream, words.data_ptr() + 8)
+                k.witness(stream, words.data_ptr() + 128, int(3e6), 2000)
+                torch.cuda.synchronize()
+                w = words[:32].cpu().tolist()
+                win_ns = w[1] - w[0]
+                pre.append(w[8 + 3])
+                post.append(w[16 + 3])
+                (overhead if r == 0 else windows).append(win_ns)
+            _send(sock, {"stop": True})
+        finally:
+            _end(proc)
+        w_ = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+        fn = lambda: torch.nn.functional.rms_norm(xs[0], (N,), w_)  # noqa: E731
+        bench = triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
+        with torch.cuda.stream(torch.cuda.Stream()):
+            graph = triton.testing.do_bench_cudagraph(fn, rep=300, return_mode="median")
+        per_call = sorted(windows)[len(windows) // 2] / R / 1e6
+        rows.append({"M": M, "N": N, "R": R, "judge_clock_ms": per_call, "do_bench_ms": bench,
+                     "do_bench_cudagraph_ms": graph, "ratio_to_cudagraph": per_call / graph,
+                     "empty_batch_us": [round(o / 1e3, 1) for o in overhead],
+                     "windows_ms": [round(x / 1e6, 4) for x in windows], "pre_gaps": pre, "post_gaps": post})
+        inputs.close()
+    return rows
+
+
+def compare(out: Path, ops: list[str], shapes: str) -> dict:
+    """Per operator and shape: the judged time of a library call (in the judge's library process,
+    and the same call submitted as a candidate) and of an honest Triton kernel (the scripted
+    template), beside triton's do_bench and do_bench_cudagraph of the same calls."""
+    import importlib.util
+    import tempfile
+
+    import torch
+    import triton
+
+    import operators
+    from ablate.evaluate import evaluate
+
+    root = Path(__file__).resolve().parent.parent
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "command": " ".join(sys.argv), "rows": []}
+    for name in ops:
+        lib, passthrough = LIBRARIES[name]
+        op = operators.get(name)
+        os.environ["ABLATE_EVAL_BASELINES"] = lib
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "kernel.py"
+            p.write_text(passthrough)
+            t0 = time.perf_counter()
+            judged_lib = evaluate(name, p, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
+            (out / f"{name}-library.json").write_text(json.dumps(judged_lib, indent=1))
+            s_lib = time.perf_counter() - t0
+        template = root / "ablate" / "models" / "scripted_templates" / f"{name}.py"
+        t0 = time.perf_counter()
+        judged_tpl = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
+        (out / f"{name}-template.json").write_text(json.dumps(judged_tpl, indent=1))
+        s_tpl = time.perf_counter() - t0
+        spec = importlib.util.spec_from_file_location(f"tpl_{name}", template)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        for k, shape in enumerate(op.shape_set(shapes)):
+            ins = op.make_inputs(shape, 11, "cuda", "normal")
+            fns = {"library": lambda: op.baselines[lib].fn(*ins), "template": lambda: mod.kernel(*ins)}
+            bench = {}
+            for key, fn in fns.items():
+                bench[key] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+                with torch.cuda.stream(torch.cuda.Stream()):
+                    bench[key + "_graph"] = triton.testing.do_bench_cudagraph(fn, rep=200, return_mode="median")
+            rl, rt = judged_lib["shapes"][k], judged_tpl["shapes"][k]
+            lib_ms = (rt.get("baselines_ms") or {}).get(lib)
+            cand_lib = (rl.get("time_ms") or {}).get("median")
+            tpl_ms = (rt.get("time_ms") or {}).get("median")
+            row = {"operator": name, "shape": rt["shape_id"], "library": lib,
+                   "judged_library_ms": lib_ms, "judged_library_as_candidate_ms": cand_lib,
+                   "judged_template_ms": tpl_ms, "template_verdict": judged_tpl["verdict"],
+                   "template_reasons": judged_tpl["reasons"], **{f"do_bench_{k}_ms": v for k, v in bench.items()},
+                   "voided": [rl.get("voided_batches"), rt.get("voided_batches")]}
+            if lib_ms and tpl_ms:
+                row["library_vs_graph"] = lib_ms / bench["library_graph"]
+                row["judged_speedup"] = lib_ms / tpl_ms
+                row["do_bench_graph_speedup"] = bench["library_graph"] / bench["template_graph"]
+                row["speedup_vs_do_bench"] = row["judged_speedup"] / row["do_bench_graph_speedup"]
+            res["rows"].append(row)
+            print(json.dumps(row), flush=True)
+        res.setdefault("seconds", {})[name] = {"library_submission": round(s_lib, 1), "template": round(s_tpl, 1),
+                                               "phases": judged_tpl.get("phase_seconds")}
+        (out / "compare.json").write_text(json.dumps(res, indent=1))
+    return res
+
+
+def main(argv=None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "child":
+        child(argv[1], int(argv[2]))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["primitives", "compare"])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--sandbox", action="store_true", help="children in their own PID namespace (bwrap)")
+    p.add_argument("--only", nargs="*", default=[], help="sections to run (default: all)")
+    p.add_argument("--operators", nargs="*", default=list(LIBRARIES), help="compare: operators")
+    p.add_argument("--shapes", default="eval", help="compare: shape set")
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.what == "compare":
+        compare(a.out, a.operators, a.shapes)
+    else:
+        primitives(a.out, a.sandbox, a.only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

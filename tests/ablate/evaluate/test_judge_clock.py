@@ -1,0 +1,193 @@
+"""The judge's evidence from outside the candidate (ablate/evaluate/_shape.py, _exchange.py): outputs
+read where the kernel wrote them, descriptions of them checked before any read, the time taken by
+the judge, and the kernels that beat the candidate-side versions of these defences."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ablate.evaluate import _exchange
+from ablate.evaluate._shape import Peer, ShapeJudge
+
+
+# -- descriptions of memory, checked ----------------------------------------------------------------
+def test_a_slot_holds_its_inputs_and_gives_them_back_in_place():
+    x, w = torch.randn(8, 16).to(torch.bfloat16), torch.randn(16).to(torch.bfloat16)
+    plan, nbytes = _exchange.plan_slot((x, w, 3))
+    assert nbytes % _exchange.ALIGN == 0 and plan[2] == {"value": 3}
+    slots = _exchange.Slots("cpu", 2, nbytes)
+    try:
+        views = slots.place(1, (x, w, 3), plan)
+        assert torch.equal(views[0], x) and torch.equal(views[1], w) and views[2] == 3
+        again = slots.views(1, plan)
+        assert again[0].data_ptr() == views[0].data_ptr()  # in place: no copy between the judge and the kernel
+        assert slots.entries(1, plan)[0]["offset"] == _exchange.HEADER + slots.slot_bytes
+    finally:
+        slots.close()
+
+
+@pytest.mark.parametrize("entry,why", [
+    ({"dtype": "float32", "shape": [4], "stride": [1], "offset": 60, "nbytes": 16}, "does not fit"),  # past the end
+    ({"dtype": "float32", "shape": [4], "stride": [1], "offset": -4, "nbytes": 16}, "does not fit"),
+    ({"dtype": "float32", "shape": [4], "stride": [1], "offset": 2, "nbytes": 16}, "does not fit"),  # misaligned
+    ({"dtype": "float32", "shape": [4], "stride": [1], "offset": 0, "nbytes": 8}, "does not fit"),  # wrong size
+    ({"dtype": "float32", "shape": [4], "stride": [-1], "offset": 0, "nbytes": 16}, "malformed"),
+    ({"dtype": "float32", "shape": [4, 4], "stride": [1], "offset": 0, "nbytes": 64}, "malformed"),
+    ({"dtype": "os.system", "shape": [4], "stride": [1], "offset": 0, "nbytes": 16}, "not a dtype"),
+    ({"dtype": "float32", "shape": "4", "stride": [1], "offset": 0, "nbytes": 16}, "malformed"),
+    ({"dtype": "float32"}, "malformed"),
+])
+def test_a_description_that_does_not_fit_its_memory_is_malformed(entry, why):
+    raw = torch.zeros(64, dtype=torch.uint8)
+    with pytest.raises(_exchange.Malformed, match=why):
+        _exchange.view(raw, entry, 64)
+
+
+def test_dense_layouts_are_permutations_of_contiguous_ones():
+    assert _exchange.dense([4, 8], [8, 1]) and _exchange.dense([4, 8], [1, 4])  # row- and column-major
+    assert not _exchange.dense([4, 8], [8, 2]) and not _exchange.dense([4, 8], [0, 1])  # gaps, broadcast
+
+
+def _judge_of(segments, exp):
+    sj = object.__new__(ShapeJudge)
+    sj.torch, sj.segments, sj.exp = torch, segments, exp
+    return sj
+
+
+def test_outputs_are_read_from_the_judges_own_mapping_after_their_description_is_checked():
+    segments = _exchange.Segments("cpu")
+    fd = segments.add_cpu(256)
+    try:
+        raw = segments.maps[0][0]
+        raw[:32].view(torch.float32).copy_(torch.arange(8, dtype=torch.float32))
+        sj = _judge_of(segments, [([2, 4], "float32")])
+        good = {"seg": 0, "offset": 0, "dtype": "float32", "shape": [2, 4], "stride": [4, 1], "nbytes": 32}
+        out = sj.outputs({"entries": [good]})
+        assert torch.equal(out[0], torch.arange(8, dtype=torch.float32).view(2, 4))
+        raw[:32].fill_(0)  # what the peer writes afterwards does not change what was read: a copy
+        assert torch.equal(out[0], torch.arange(8, dtype=torch.float32).view(2, 4))
+        assert sj.outputs({"entries": [{**good, "shape": [4, 2], "stride": [2, 1]}]}) == {
+            "wrong_shape": "output shape [4, 2], expected [2, 4]"}
+        assert "wrong_dtype" in sj.outputs({"entries": [{**good, "dtype": "int32"}]})
+        assert "output_not_dense" in sj.outputs({"entries": [{**good, "stride": [0, 1], "nbytes": 16}]})
+        assert "wrong_shape" in sj.outputs({"entries": [good, good]})
+        assert "wrong_shape" in sj.outputs({"entries": ["text"]})
+        for forged in ({**good, "seg": 7}, {**good, "offset": 240}, {**good, "nbytes": 1 << 40}):
+            with pytest.raises(_exchange.Malformed):
+                sj.outputs({"entries": [forged]})
+        with pytest.raises(_exchange.Malformed):
+            sj.outputs({"entries": None})
+    finally:
+        import os
+
+        os.close(fd)
+        segments.close()
+
+
+def test_a_report_for_another_batch_or_with_unmatched_descriptors_is_a_protocol_violation():
+    from ablate.evaluate._shape import Gone
+
+    sj = object.__new__(ShapeJudge)
+    sj.device, sj.segments = "cuda", None
+    replies = iter([({"kind": "called", "batch": 3, "calls": []}, []),
+                    ({"kind": "called", "batch": 1, "calls": [], "segments": [[1, 2 << 20]]}, [])])
+    sj.peer = Peer(lambda *a, **k: None, lambda kinds, limit: next(replies), lambda: True)
+    with pytest.raises(Gone, match="protocol: a report for batch 3"):
+        sj.receive_called(1)
+    with pytest.raises(Gone, match="protocol: 1 segments with 0 descriptors"):
+        sj.receive_called(1)
+
+
+# -- kernels, judged through the public API (the candidate-side version of each defence beaten) -------
+@pytest.mark.parametrize("name,reasons", [
+    # the H200 seal hook: the mode is refused and nothing it computes later reaches the judge
+    ("seal_hook_mode", {"hook_active", "incorrect"}),
+    # right where checked one by one, empty where timed: drawn timed calls are read right after their batch
+    ("late_work", {"stale_output"}),
+    # the library on a worker thread: the watch covers every thread
+    ("passthrough_thread", {"library_passthrough"}),
+])
+def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, reasons):
+    r = judged(name, scan=False)
+    assert r["verdict"] == "rejected" and reasons <= set(r["reasons"]), r["details"]
+
+
+@pytest.mark.parametrize("name,flag", [
+    ("thread_pool", "threads_left_running"),  # a pool of the kernel's own, its workers idle between calls
+    ("column_major", None),
+    ("persistent_buffer", None),
+    ("custom_op", None),
+])
+def test_honest_kernels_of_the_kinds_agents_write_are_accepted(judged, name, flag):
+    r = judged(name)
+    assert r["verdict"] == "accepted", r["details"]
+    assert r["timing"] == "cpu-interpreted" and all(s["time_ms"]["median"] > 0 for s in r["shapes"])
+    if flag:
+        assert flag in r["shapes"][0]["flags"]
+
+
+def test_the_libraries_are_timed_by_the_same_protocol_in_a_process_of_their_own(judged):
+    r = judged("honest_torch")
+    s = r["shapes"][0]
+    assert r["verdict"] == "accepted" and s["time_ms"]["batches"] == 1 and s["time_ms"]["n"] == 3
+    assert set(s["baselines_ms"]) == {"torch_eager", "torch_F.rms_norm"}  # the CPU's libraries, each timed
+    assert all(ms > 0 for ms in s["baselines_ms"].values())
+
+
+def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
+    r = judged("honest_torch")
+    assert r["evaluator_version"] == "9"
+    assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
+
+
+def _words(window_ns=8_000_000, fill_ns=100_000, gap_at=None):
+    w = [0] * 64
+    w[0], w[1], w[2], w[3] = 10, 10 + fill_ns, 20_000_000, 20_000_000 + window_ns
+    if gap_at is not None:
+        w[gap_at + 2], w[gap_at + 3], w[gap_at + 4] = 2_400_000, 1, 2_400_000  # longest, count, total
+    return w
+
+
+def test_a_clean_batch_counts_its_window_over_its_calls():
+    from ablate.evaluate._shape import batch_verdict
+
+    window, why, fill = batch_verdict(_words(), 10, None, queued=True)
+    assert (window, why, fill) == (8.0, None, 10_000)
+
+
+@pytest.mark.parametrize("at,where", [(16, "before the start"), (24, "after the end"), (32, "after the check")])
+def test_a_batch_is_void_when_a_witness_saw_another_context(at, where):
+    """Work started on the inputs before the gate opened, or left running past the marker, took a
+    time slice from the judge's witness: the batch does not count."""
+    from ablate.evaluate._shape import batch_verdict
+
+    _, why, _ = batch_verdict(_words(gap_at=at), 10, 10_000, queued=True)
+    assert why and where in why and "2400 us" in why
+
+
+def test_a_batch_is_void_when_its_inputs_took_far_longer_to_copy_in_than_at_first():
+    """Another context running while the judge copied the inputs in: precomputation would hide there."""
+    from ablate.evaluate._shape import FILL_SLACK, batch_verdict
+
+    assert batch_verdict(_words(fill_ns=120_000), 10, 10_000, queued=True)[1] is None  # within the slack
+    slow = int(10 * (10_000 * FILL_SLACK + 10_000))
+    assert "to copy in" in batch_verdict(_words(fill_ns=slow), 10, 10_000, queued=True)[1]
+
+
+def test_a_batch_whose_calls_were_not_queued_before_the_gate_is_void():
+    from ablate.evaluate._shape import batch_verdict
+
+    assert "not all queued" in batch_verdict(_words(), 10, 10_000, queued=False)[1]
+
+
+def test_the_witness_is_longer_than_two_time_slices_as_measured():
+    import json
+    from pathlib import Path
+
+    from ablate.evaluate import _shape
+
+    measured = json.loads((Path(__file__).parents[3] / "benchmarks" / "results" / "h200-judge-clock" /
+                           "primitives.json").read_text())["slices"]
+    slice_ns = measured["beside_spin"]["longest_gap_ns"]
+    assert _shape.WITNESS_NS >= 2 * slice_ns and measured["alone_50ms"]["longest_gap_ns"] < _shape.GAP_NS
+    assert measured["beside_wait"]["gaps"] == 0  # a stream waiting on the gate takes no slice
