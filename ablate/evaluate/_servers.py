@@ -66,7 +66,7 @@ sys.exit(_candidate.boot(finder, *sys.argv[1:]))
 # The kit: the files the candidate process needs, by their place in the project.
 KIT = ("ablate/evaluate/_candidate.py", "ablate/evaluate/_channel.py", "ablate/evaluate/_guard.py",
        "ablate/evaluate/_integrity.py", "ablate/evaluate/_reasons.py", "ablate/evaluate/_tensors.py",
-       "ablate/evaluate/_timing.py", "ablate/evaluate/_trace.py", "ablate/evaluate/_gpu.py",
+       "ablate/evaluate/_cuda.py", "ablate/evaluate/_exchange.py", "ablate/evaluate/_pool.py", "ablate/evaluate/_gpu.py",
        "operators/_entries.py")
 KIT_PACKAGES = ("ablate", "ablate.evaluate", "operators")
 
