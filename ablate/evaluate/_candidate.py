@@ -1,21 +1,23 @@
-"""The candidate process: imports the submission and calls it on the inputs the judge sends, then
-times it; reports outputs, local checks and timings to the judge on its socket. What the
-submission prints is never read.
+"""The candidate process: imports the submission and calls it on the inputs the judge placed in
+shared memory, in batches the judge times by its own clock; reports where each output is and what
+its own watch saw. What the submission prints is never read, and nothing it reports is evidence:
+the judge reads the outputs itself (see _shape).
 
 It runs confined (see ablate/sandbox/_bwrap.py: no capabilities, an unprivileged uid or its own
 user namespace, a fresh root with the Python environment and the GPU, its evaluation directory,
 nothing of the project) and starts from BOOT, which loads the evaluator's own modules from the kit
 directory privately: with a private copy of the builtins, and gone from sys.modules before the
 submission is imported, so the submission can neither import nor patch them. Before the import
-the driver binds everything it relies on (C-level torch, os and socket callables, the timing
-stream, the L2 flush buffer, the device trace) and installs the audit-hook guard (_guard). The submission never
-sees a seed, a shape list or the reference: only the inputs of the call it is in.
+the driver binds everything it relies on (C-level torch, os and socket callables, the output pool)
+and installs the audit-hook guard (_guard). The submission never sees a seed, a shape list or the
+reference: only the inputs of the call it is in.
 
-Protocol (judge -> candidate): go {entry, device, timing, cuda_graph, library_ops}; per input set
-inputs {shape, set, entries, source} + memfd; time {shape, sources, est_ms}; done.
-(candidate -> judge): hello; import {reason, message, failures}; output {shape, set, reason,
-message, failures, entries} + memfd; kept {shape, call, set, moves, entries} + memfd (during
-timing); timing {shape, result, failures, seconds}.
+Protocol (judge -> candidate): go {entry, device, timing, library_ops}; per shape slots {shape,
+size, nbytes, out_bytes} + the slots' descriptor (and, on a CPU, the outputs' memfd); call {shape,
+batch, gated, check, first, calls: [{inputs, outputs}]}; release; done.
+(candidate -> judge): hello; import {reason, message, failures}; segments {segments} + descriptors;
+called {shape, batch, calls: [{reason, message, failures, entries, threads}], failures, segments,
+copied, watched_threads} + descriptors of new output segments.
 """
 from __future__ import annotations
 
@@ -472,7 +474,7 @@ def _serve(fd: int, prepared, finder) -> int:
     from ablate.evaluate import _gpu
 
     torch, device, snapshot, pool = prepared
-    _gpu.cpu_threads_warm()  # here, not in the zygote: a forked child has none of its parent's threads
+    _gpu.cpu_threads_warm()
     ch = _channel.Channel.from_fd(fd, encode=_encoder())
     ch.send("hello", pid=os.getpid())
     got = ch.recv(None)
@@ -485,15 +487,9 @@ def _serve(fd: int, prepared, finder) -> int:
     return code
 
 
-def boot(finder, kit: str, fd: str, mode: str = "once") -> int:
-    """From BOOT. mode "once": one evaluation in this fresh interpreter (the GPU path: set up,
-    wait for the judge's "go"). mode "zygote": the warm CPU zygote (_zygote) forking one child
-    per evaluation."""
+def boot(finder, kit: str, fd: str) -> int:
+    """From BOOT: one evaluation in this fresh interpreter (set up, wait for the judge's "go")."""
     prepared = prepare(os.environ.get("ABLATE_EVAL_DEVICE", "auto"))
-    if mode == "zygote":
-        from ablate.evaluate import _zygote
-
-        return _zygote.serve(int(fd), prepared, finder, _serve)
     try:
         code = _serve(int(fd), prepared, finder)
     except _channel.Closed:

@@ -440,14 +440,14 @@ class Evaluation:
         return self.assemble(rows, reasons, ran, bases, imported is not None and not msg.get("reason"))
 
     def entry(self, handover: dict) -> dict:
-        """The operator's entry, with the files it names copied into the evaluation directory."""
-        import shutil
+        """The operator's entry, with the files it names written into the evaluation directory (new
+        files, never through a link: _servers.write_new)."""
+        from ablate.evaluate._servers import write_new
 
         entry = dict(self.op.entry or {"kind": "function", "name": "kernel"})
         if entry.get("kind") == "kernelbench":
-            dest = Path(handover["work"]) / "entry" / "problem.py"
-            shutil.copyfile(entry["problem"], dest)
-            os.chmod(dest, 0o444)
+            work = Path(handover["work"])
+            write_new(work.parent, (work.name, "entry", "problem.py"), Path(entry["problem"]).read_bytes())
             entry["problem"] = f"{handover['inner']}/entry/problem.py"
         return entry
 

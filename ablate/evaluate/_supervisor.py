@@ -89,7 +89,7 @@ def read_submission(path: Path) -> tuple[bytes | None, str, str]:
 
 
 def evaluate(operator: str, submission: str | Path, shapes: str = "eval", seed: int | None = None,
-             timing: bool = True, *, device: str = "auto", cuda_graph: bool = False, draws: int = 3,
+             timing: bool = True, *, device: str = "auto", draws: int = 3,
              timeout_s: float | None = None, memory_limit_gb: float | None = None,
              operator_set: dict | None = None, progress=None, scan: bool = True) -> dict:
     """Judge `submission` (a kernel.py) for `operator` on a shape set. Returns the result dict
@@ -125,7 +125,7 @@ def evaluate(operator: str, submission: str | Path, shapes: str = "eval", seed: 
         return _early(base, "no_kernel_function", "kernel.py defines no function named kernel", start,
                       passed={"missing_file", "file_too_large", "syntax_error"})
     req = dict(operator=operator, operator_node=node, shape_set=shapes, seed=seed, device=device, draws=draws,
-               timing=bool(timing), cuda_graph=bool(cuda_graph), scan=bool(scan), source_bytes=len(data),
+               timing=bool(timing), scan=bool(scan), source_bytes=len(data),
                cache_dir=os.environ.get("ABLATE_CACHE_DIR") or str(Path.home() / ".cache" / "ablate"))
     result = _run(data, base, req, timeout_s, memory_limit_gb, progress)
     result["seconds"] = round(time.monotonic() - start, 3)

@@ -118,7 +118,7 @@ def test_submission_runs_from_a_fresh_copy_with_fresh_caches(judged):
 
 def test_a_candidate_that_kills_its_parent_is_rejected_and_the_next_evaluation_works(judged):
     r = judged("kill_parent", draws=1)
-    assert r["verdict"] == "rejected" and {"crash", "driver_tampered"} & set(r["reasons"])
+    assert r["verdict"] == "rejected" and {"crash", "driver_tampered", "forbidden_code"} & set(r["reasons"])
     assert judged("honest_torch", draws=1, seed=9)["verdict"] == "accepted"
 
 
@@ -132,17 +132,16 @@ def _sleepers() -> set[str]:
 def test_processes_a_candidate_leaves_behind_are_killed(judged):
     before = _sleepers()  # left by an unconfined run elsewhere, if any
     r = judged("daemon", draws=1, scan=False)
-    assert r["reasons"] == []  # a system program is no helper (a Python or a file it wrote would be) ...
+    assert r["reasons"] == ["helper_process"]  # a program that is not a build tool ...
     if r["sandbox"] != "bwrap":
         pytest.skip("without a PID namespace a detached process escapes the process tree")
     assert not _sleepers() - before  # ... but it does not outlive the evaluation
 
 
 @pytest.mark.parametrize("name,reason", [("honest_triton", None), ("segfault", "crash"), ("hang", "timeout"),
-                                         ("fingerprint_cache", "stale_output")])
-def test_fresh_interpreter_path_as_on_a_gpu(monkeypatch, kernels, name, reason):
-    """Without the warm zygote every candidate is a fresh interpreter (what a GPU evaluation uses)."""
-    monkeypatch.setenv("ABLATE_EVAL_ZYGOTE", "0")
+                                         ("output_cache", "incorrect")])
+def test_each_candidate_is_a_fresh_interpreter(kernels, name, reason):
+    """Every candidate is a fresh interpreter, on a CPU as on a GPU."""
     r = evaluate("rmsnorm", kernels / f"{name}.py", shapes="smoke", seed=3, draws=1,
                  timeout_s=4 if name == "hang" else 60)
     assert r["reasons"] == ([reason] if reason else []), r["details"]
@@ -228,8 +227,7 @@ def test_an_unconfined_evaluation_is_recorded_and_warned(monkeypatch, kernels, c
 
     monkeypatch.setenv("ABLATE_EVAL_SANDBOX", "none")
     monkeypatch.setattr(_servers, "_CONFINEMENT", [])
-    for pool in (_servers.ZYGOTES, _servers.SPARES):
-        pool.close()
+    _servers.SPARES.close()
     try:
         r = evaluate("rmsnorm", kernels / "honest_torch.py", shapes="smoke", draws=1)
         assert r["sandbox"] == "none" and "ABLATE_EVAL_SANDBOX=none" in r["sandbox_note"]
@@ -237,8 +235,7 @@ def test_an_unconfined_evaluation_is_recorded_and_warned(monkeypatch, kernels, c
     finally:
         monkeypatch.delenv("ABLATE_EVAL_SANDBOX")
         _servers._CONFINEMENT.clear()
-        for pool in (_servers.ZYGOTES, _servers.SPARES):
-            pool.close()
+        _servers.SPARES.close()
 
 
 def test_a_python_seen_once_between_fork_and_exec_is_no_helper_one_that_stays_is():
@@ -253,22 +250,3 @@ def test_a_python_seen_once_between_fork_and_exec_is_no_helper_one_that_stays_is
     assert _lasting_helpers([(42, "/usr/bin/python3", True)], pythons, 10.04) == set()
     assert _lasting_helpers([(42, "/usr/bin/python3", True)], pythons, 10.05 + HELPER_PYTHON_S) == {"/usr/bin/python3"}
     assert _lasting_helpers([(43, "/work/tmp/helper", False)], pythons, 11.0) == {"/work/tmp/helper"}
-
-
-def test_a_zygote_that_died_unseen_gives_way_to_a_fresh_interpreter():
-    """A candidate that kills its zygote can be gone from the pool's view only a moment later:
-    the next evaluation's fork request then meets a closed socket. That is "no warm start"
-    (EvaluatorFailure: the supervisor spawns a fresh interpreter), not a crash of the evaluation."""
-    from ablate.evaluate import _servers
-
-    zygote = _servers.Zygote()
-    try:
-        zygote.start()
-        before = set(zygote.root.iterdir())
-        zygote.proc.kill()
-        zygote.proc.wait()
-        with pytest.raises(_servers.EvaluatorFailure, match="zygote"):
-            _servers.Forked(zygote, "cpu")
-        assert set(zygote.root.iterdir()) == before  # the evaluation directory it made is gone again
-    finally:
-        zygote.close()
