@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-import harnesses
+from ablate import harnesses
 from ablate.sandbox import Limits
 
 SCHEMA = "ablate_schema"  # the ConfigStore name conf/config.yaml lists first

@@ -83,7 +83,7 @@ class TrialRecord:
 
     def resolve_operator(self):
         """The trial's operator, from this record alone (KernelBench and FlashInfer ones too)."""
-        import operators
+        from ablate import operators
 
         return operators.resolve(self.operator, self.operator_source)
 
@@ -122,7 +122,7 @@ class TrialRecord:
 
 
 def _from_v1(d: dict[str, Any]) -> dict[str, Any]:
-    import operators
+    from ablate import operators
 
     d = dict(d)
     d.pop("verdict", None)  # derived from the evaluation now

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import operators
+from ablate import operators
 from ablate import models
 from ablate import preflight as agent_preflight
 from ablate.errors import AblateError
@@ -26,7 +26,7 @@ from ablate.progress import StudyView
 from ablate.record import TrialRecord, failure_of, retriable
 from ablate.store import Store, problems
 from ablate.trial import TrialSpec, run_trial
-import ablations
+from ablate import ablations
 
 
 class TrialsFailed(AblateError):
@@ -102,14 +102,14 @@ def preflight(specs: list[TrialSpec]) -> None:
 def print_report(study_dir: Path | str, cfg: dict[str, Any], paths: list[Path] | None = None) -> None:
     """The study's tables, when it has records, then its report written to <study>/report and the
     lines saying where it is and how to write it again (analysis.report)."""
-    from analysis import report
+    from ablate.analysis import report
 
     study_dir = Path(study_dir)
     if not (paths or study_dir.is_dir()):
         return
     baseline, rejected_as = cfg["study"].get("baseline_arm"), (cfg.get("analysis") or {}).get("rejected_as")
     print(report.text(study_dir, baseline=baseline, rejected_as=rejected_as))
-    again = f"python -m analysis {study_dir}" + (f" --baseline {baseline}" if baseline else "")
+    again = f"python -m ablate.analysis {study_dir}" + (f" --baseline {baseline}" if baseline else "")
     try:
         index = report.write(study_dir, study_dir / "report", baseline, rejected_as, quiet=True)
     except Exception as e:  # noqa: BLE001 - the records are stored; the report can be written again

@@ -22,13 +22,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import operators
+from ablate import operators
 from ablate import models, snapshots
 from ablate.record import TrialRecord, failure_of
 from ablate.sandbox import Limits, Workspace
 from ablate.store import Store, TrialWriter
-from harnesses import Budget, Task
-import harnesses
+from ablate.harnesses import Budget, Task
+from ablate import harnesses
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import harnesses
+from ablate import harnesses
 from ablate.errors import AblateError
 from ablate.trial import TrialSpec
 
@@ -89,7 +89,7 @@ def scope_shapes(scope: str, cfg: dict[str, Any], model: dict[str, Any], operato
     if scope in ("multi_shape", "smoke"):
         return [shapes]
     if scope == "single_shape":
-        import operators  # the runner has loaded external operator sets by now
+        from ablate import operators  # the runner has loaded external operator sets by now
 
         op = operators.get(operator)
         return [{"public": f"{shapes['eval']}[{sid}]", "eval": f"{shapes['eval']}[{sid}]"}

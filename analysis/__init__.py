@@ -1,10 +1,10 @@
 """Reading records and computing the study's answer. Depends on the record schema only.
 
-    from analysis import tables, report
+    from ablate.analysis import tables, report
     df = tables.trials("runs/smoke")                    # a row per trial (frames.trial_frame)
     tables.ratio_table(df, baseline="goal_only")        # matched ratios: both scores, both intervals, Holm, wins
     s = tables.summary("runs/smoke", "goal_only", activity=True, evaluation="latest")   # every table
-    print(report.render(s))                             # what `python -m analysis runs/smoke` prints
+    print(report.render(s))                             # what `python -m ablate.analysis runs/smoke` prints
     report.write("runs/smoke", "out/")                  # CSV, Markdown, PNG plots, offline HTML
 
 frames: records -> tidy frames (the one place that reads the store); scoring: the scoring rule
@@ -12,6 +12,6 @@ frames: records -> tidy frames (the one place that reads the store); scoring: th
 tables: every table of arms and matched ratios; measures: the paper's other measures; views:
 the tables for reading; report: the words around them and the files; pages: the HTML; plots.
 """
-from analysis import frames, report, scoring, stats, tables
+from ablate.analysis import frames, report, scoring, stats, tables
 
 __all__ = ["frames", "report", "scoring", "stats", "tables"]

@@ -1,4 +1,4 @@
-"""`python -m analysis [runs/<study>] [--baseline ARM] [--evaluation original|latest|VERSION] [--out DIR] [--no-files] [--quiet]`
+"""`python -m ablate.analysis [runs/<study>] [--baseline ARM] [--evaluation original|latest|VERSION] [--out DIR] [--no-files] [--quiet]`
 
 Prints the headline, the matched ratios and the arms' tables of a study, and writes every table
 (CSV and Markdown), the plots (PNG) and an offline HTML report with a page per trial to DIR
@@ -31,7 +31,7 @@ def _no_study(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m ablate.analysis", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", type=Path, nargs="?", default=DEFAULT_STUDY,
                    help=f"a study directory (runs/<study>) or the whole store (default: {DEFAULT_STUDY})")
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
 
     if not a.path.exists():
         return fail(_no_study(a.path))
-    from analysis import report, tables
+    from ablate.analysis import report, tables
 
     s = tables.summary(a.path, a.baseline or "goal_only", activity=not a.no_files, evaluation=a.evaluation)
     df = s["trials"]

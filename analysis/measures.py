@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from ablate import snapshots
-from analysis import stats
-from analysis.scoring import DESIGN, GROUP, estimate, geomeans, groups, logs, per_seed, score
+from ablate.analysis import stats
+from ablate.analysis.scoring import DESIGN, GROUP, estimate, geomeans, groups, logs, per_seed, score
 
 
 def fast_p_table(df: pd.DataFrame, thresholds=stats.FAST_P) -> pd.DataFrame:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.report import RULES, evaluation_line, headline, notes, title
-from analysis.views import fmt, fmt_money, fmt_x, view
+from ablate.analysis.report import RULES, evaluation_line, headline, notes, title
+from ablate.analysis.views import fmt, fmt_money, fmt_x, view
 
 
 def file_name(trial_id: str) -> str:
@@ -142,7 +142,7 @@ def trial_page(row: pd.Series, record: dict[str, Any], files: dict[str, Any]) ->
         parts.append(f"<pre>{html.escape(str(reason))}: {html.escape(str(msg)[:4000])}</pre>")
     shapes = [x for x in ev.get("shapes") or [] if isinstance(x, dict)]
     if shapes:
-        from analysis.frames import _public_ids
+        from ablate.analysis.frames import _public_ids
 
         public = _public_ids(record)
         role = lambda sid: "single" if len(shapes) == 1 else "unknown" if public is None else "public" if sid in public else "hidden"  # noqa: E731

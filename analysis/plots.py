@@ -16,7 +16,7 @@ import matplotlib.ticker as ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.views import fmt, fmt_x  # noqa: E402
+from ablate.analysis.views import fmt, fmt_x  # noqa: E402
 
 DPI = 110
 ALPHA = 0.05

@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import scoring, tables
-from analysis.views import TABLES, fmt_interval, fmt_rate, fmt_x, unpaired_text, view
+from ablate.analysis import scoring, tables
+from ablate.analysis.views import TABLES, fmt_interval, fmt_rate, fmt_x, unpaired_text, view
 
 
 def title(s: dict[str, Any]) -> str:
@@ -156,7 +156,7 @@ def write(path: Path | str, out: Path | str, baseline: str | None = None, reject
 
 def write_summary(s: dict[str, Any], out: Path | str, quiet: bool = False) -> Path:
     """``write`` for a summary already computed (with ``activity=True``)."""
-    from analysis import frames, pages, plots
+    from ablate.analysis import frames, pages, plots
 
     out = Path(out)
     (out / "tables").mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import stats
+from ablate.analysis import stats
 
 OUTCOMES = ("accepted", "rejected", "crashed", "no_submission")
 DESIGN = ["timing", "scope", "shapes", "model"]  # a comparison never crosses these

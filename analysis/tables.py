@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import frames, stats
-from analysis.measures import (best_so_far, cost_table, fast_p_table, flagged_lines, footing_lines, hidden_table,  # noqa: F401
+from ablate.analysis import frames, stats
+from ablate.analysis.measures import (best_so_far, cost_table, fast_p_table, flagged_lines, footing_lines, hidden_table,  # noqa: F401
                                mechanism_table, rejection_table, sol_score_table)
-from analysis.scoring import (DESIGN, GROUP, INTERVALS, TIE_BAND, columns, counts, estimate, groups, logs,  # noqa: F401
+from ablate.analysis.scoring import (DESIGN, GROUP, INTERVALS, TIE_BAND, columns, counts, estimate, groups, logs,  # noqa: F401
                               per_seed, score, seed_logs, win_tie_loss)
 
 PAIR_ON = ["study", "model", "operator", "seed", "timing", "scope", "shapes", "shape"]

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import scoring
+from ablate.analysis import scoring
 
 DESIGN_COLUMNS = ["timing", "scope", "shapes", "model"]  # dropped from a view when one value throughout
 

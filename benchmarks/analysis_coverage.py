@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import stats, tables
+from ablate.analysis import stats, tables
 
 DESIGNS = [(10, 5, 0.2), (10, 3, 0.2), (10, 3, 0.05), (5, 3, 0.2), (3, 5, 0.2), (3, 3, 0.2), (2, 3, 0.2), (1, 10, 0.2)]
 CENTRE = 0.1

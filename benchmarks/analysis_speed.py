@@ -23,14 +23,14 @@ ARMS = ["goal_only", "kda05"] + [f"goal_only+m{i}" for i in range(8)]
 
 TABLES = """
 import sys, time
-from analysis import tables
+from ablate.analysis import tables
 t, c = time.perf_counter(), time.process_time()
 s = tables.summary(sys.argv[1], "goal_only", activity=True)
 print(f"{time.perf_counter() - t:.2f} {time.process_time() - c:.2f} {len(s['trials'])} {len(s['ratios'])}")
 """
 REPORT = """
 import sys, time
-from analysis import report
+from ablate.analysis import report
 t, c = time.perf_counter(), time.process_time()
 report.write(sys.argv[1], sys.argv[2], "goal_only", quiet=True)
 print(f"{time.perf_counter() - t:.2f} {time.process_time() - c:.2f}")

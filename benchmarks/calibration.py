@@ -33,9 +33,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import operators  # noqa: E402
-from operators._correctness import as_outputs, calibrate, judge_output, reference_outputs  # noqa: E402
-from operators._operator import load_module, shape_id  # noqa: E402
+from ablate import operators  # noqa: E402
+from ablate.operators._correctness import as_outputs, calibrate, judge_output, reference_outputs  # noqa: E402
+from ablate.operators._operator import load_module, shape_id  # noqa: E402
 
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 

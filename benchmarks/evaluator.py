@@ -92,7 +92,7 @@ def main() -> int:
     a = p.parse_args()
     import torch
 
-    import operators
+    from ablate import operators
     from ablate.evaluate import evaluate
 
     gpu = torch.cuda.is_available() and not a.dry_run

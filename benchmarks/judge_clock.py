@@ -360,7 +360,7 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
     import torch
     import triton
 
-    import operators
+    from ablate import operators
     from ablate.evaluate import evaluate
 
     root = Path(__file__).resolve().parent.parent

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harnesses.mechanisms.profiler import find_ncu  # noqa: E402  (the profiler's search of ncu's install places)
+from ablate.harnesses.mechanisms.profiler import find_ncu  # noqa: E402  (the profiler's search of ncu's install places)
 
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 RANGE = "profiled"
@@ -68,8 +68,8 @@ def child(name: str, shape_text: str, impl: str, config: str | None) -> None:
     """Runs one implementation: warm-up calls, then one call inside the NVTX range ncu profiles."""
     import torch
 
-    import operators
-    from operators._operator import load_module
+    from ablate import operators
+    from ablate.operators._operator import load_module
 
     op = operators.get(name)
     inputs = op.make_inputs(parse_shape(shape_text), 0, "cuda", "normal")
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
-    import operators
+    from ablate import operators
 
     cases = []
     for case in args.case or []:

@@ -34,9 +34,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import operators  # noqa: E402
-from operators._correctness import calibrate, reference_outputs  # noqa: E402
-from operators._operator import shape_id  # noqa: E402
+from ablate import operators  # noqa: E402
+from ablate.operators._correctness import calibrate, reference_outputs  # noqa: E402
+from ablate.operators._operator import shape_id  # noqa: E402
 
 REFERENCE_MD = [ROOT / "shared" / "reference" / "h200-library-baselines.md",
                 ROOT.parent / "shared" / "reference" / "h200-library-baselines.md"]

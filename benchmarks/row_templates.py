@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     import triton
     from triton.testing import do_bench
 
-    import operators
-    from operators._operator import load_module
+    from ablate import operators
+    from ablate.operators._operator import load_module
 
     if not torch.cuda.is_available():
         print("error: this benchmark needs a CUDA GPU (it times kernels); run it on a machine with one",

@@ -245,7 +245,7 @@ def markdown(rows: list[dict], ops: dict, meta: dict) -> str:
 def _not_timed(ops: dict) -> list[str]:
     """The libraries each operator's ratios leave out, and why. A library that is installed but did
     not load comes first and loud: its absence raises every ratio it would have bounded."""
-    from operators._baselines import NOT_LOADED
+    from ablate.operators._baselines import NOT_LOADED
 
     broken = [(n, lib, why) for n, o in ops.items() for lib, why in (o.get("libraries_not_timed") or {}).items()
               if NOT_LOADED in why]
@@ -268,7 +268,7 @@ def versions(device: dict | None = None) -> str:
     import torch
     import triton
 
-    from operators._baselines import OPTIONAL
+    from ablate.operators._baselines import OPTIONAL
 
     out = [f"torch {torch.__version__}", f"triton {triton.__version__}"]
     for lib, not_imported in OPTIONAL.items():
@@ -290,7 +290,7 @@ def write(out: Path, rows: list[dict], ops: dict, meta: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import operators as registry
+    from ablate import operators as registry
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, required=True, help="results.md and results.json go here")

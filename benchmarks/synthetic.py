@@ -22,8 +22,8 @@ from ablate.models import Message, ToolCall, Usage
 from ablate.store import Store
 from ablate.record import TrialRecord
 from ablate.trial import TrialSpec, trial_record
-from operators._baselines import NOT_LOADED
-from harnesses import AgentResult
+from ablate.operators._baselines import NOT_LOADED
+from ablate.harnesses import AgentResult
 
 GPU_ENV = {"python": "3.11.7", "torch": "2.11.0+cu130", "triton": "3.6.0", "host": "node1", "gpu": "NVIDIA H200",
            "cuda": "13.0", "driver": "580.159.04"}
@@ -120,7 +120,7 @@ def write_trial(store: Path | str, arm: str, seed: int, speedup: float | None = 
 def single_shapes(operator: str, shape_set: str = "eval") -> list[str]:
     """The shape-set names of a single_shape study's trials of ``operator`` (one per shape), as
     ``ablations.scope_shapes`` names them."""
-    import operators as registry
+    from ablate import operators as registry
 
     return [f"{shape_set}[{registry.shape_id(sh)}]" for sh in registry.get(operator).shape_set(shape_set)]
 

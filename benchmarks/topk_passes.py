@@ -12,7 +12,7 @@ import json
 
 import torch
 
-from operators._operator import load_module
+from ablate.operators._operator import load_module
 
 TEMPLATE = "ablate/models/scripted_templates/topk.py"
 CONFIGS = ((4096, 4, 0), (4096, 4, 1), (8192, 8, 0), (8192, 8, 1), (2048, 4, 0), (512, 8, 1), (16384, 8, 1))

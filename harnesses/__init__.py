@@ -19,17 +19,17 @@ from dataclasses import fields
 from typing import Any
 
 from ablate.errors import AblateError
-from harnesses import agents
-from harnesses._documents import core_hashes
-from harnesses._harness import Harness, core_system
-from harnesses._loop import AgentResult, BudgetExhausted, LoopState, Spend, run_loop
-from harnesses._task import Budget, Task
-from harnesses.mechanisms.evaluate_tool import EvaluateTool
-from harnesses.mechanisms.knowledge import Knowledge
-from harnesses.mechanisms.profiler import Profiler
-from harnesses.mechanisms.reviewer import Reviewer
-from harnesses.mechanisms.search import Search
-from harnesses.mechanisms.workflow import Workflow
+from ablate.harnesses import agents
+from ablate.harnesses._documents import core_hashes
+from ablate.harnesses._harness import Harness, core_system
+from ablate.harnesses._loop import AgentResult, BudgetExhausted, LoopState, Spend, run_loop
+from ablate.harnesses._task import Budget, Task
+from ablate.harnesses.mechanisms.evaluate_tool import EvaluateTool
+from ablate.harnesses.mechanisms.knowledge import Knowledge
+from ablate.harnesses.mechanisms.profiler import Profiler
+from ablate.harnesses.mechanisms.reviewer import Reviewer
+from ablate.harnesses.mechanisms.search import Search
+from ablate.harnesses.mechanisms.workflow import Workflow
 
 # Mechanisms by name: what a harness config's `mechanisms:` keys may be. The order is the order
 # their submit checks run in: the search promotes its best candidate into kernel.py, the workflow

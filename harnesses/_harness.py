@@ -6,10 +6,10 @@ from typing import Any
 
 from ablate.models import Model
 from ablate.sandbox import Tool, ToolResult, Workspace, core_tools
-from harnesses import _documents
-from harnesses._loop import AgentResult, run_loop
-from harnesses._task import Budget, Task
-from harnesses.mechanisms._base import Mechanism
+from ablate.harnesses import _documents
+from ablate.harnesses._loop import AgentResult, run_loop
+from ablate.harnesses._task import Budget, Task
+from ablate.harnesses.mechanisms._base import Mechanism
 
 
 def core_system() -> str:

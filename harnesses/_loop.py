@@ -21,7 +21,7 @@ from ablate import models
 from ablate.errors import AblateError
 from ablate.models import Message, Model, ToolSpec, Usage
 from ablate.sandbox import Tool, ToolResult
-from harnesses._task import Budget
+from ablate.harnesses._task import Budget
 
 # end_reason values: "submitted", a budget name ("turns", "tokens", "cost_usd", "wall_s",
 # "tool_s", "gpu_s"), "model_stopped" (answered without a tool call, repeatedly), "refusal",

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from harnesses import _documents
+from ablate.harnesses import _documents
 
 
 @dataclass(frozen=True)

@@ -19,27 +19,27 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import AblateError
-from operators._external import with_external_baselines
-from operators._operator import DISTRIBUTIONS, Baseline, Operator, Shape, shape_id
+from ablate.operators._external import with_external_baselines
+from ablate.operators._operator import DISTRIBUTIONS, Baseline, Operator, Shape, shape_id
 
 # name -> module that defines OPERATOR. Add a line here to register an operator.
 REGISTRY: dict[str, str] = {
-    "rmsnorm": "operators.rmsnorm",
-    "layernorm": "operators.layernorm",
-    "softmax": "operators.softmax",
-    "cross_entropy": "operators.cross_entropy",
-    "swiglu": "operators.swiglu",
-    "rope": "operators.rope",
-    "gemm": "operators.gemm",
-    "attention": "operators.attention",
-    "grouped_gemm": "operators.grouped_gemm",
-    "topk": "operators.topk",
+    "rmsnorm": "ablate.operators.rmsnorm",
+    "layernorm": "ablate.operators.layernorm",
+    "softmax": "ablate.operators.softmax",
+    "cross_entropy": "ablate.operators.cross_entropy",
+    "swiglu": "ablate.operators.swiglu",
+    "rope": "ablate.operators.rope",
+    "gemm": "ablate.operators.gemm",
+    "attention": "ablate.operators.attention",
+    "grouped_gemm": "ablate.operators.grouped_gemm",
+    "topk": "ablate.operators.topk",
 }
 
 # Loaders of external problem formats: source name -> "module:function(node) -> list[Operator]".
 SOURCES: dict[str, str] = {
-    "kernelbench": "operators.kernelbench:load_node",
-    "flashinfer": "operators.flashinfer:load_node",
+    "kernelbench": "ablate.operators.kernelbench:load_node",
+    "flashinfer": "ablate.operators.flashinfer:load_node",
 }
 
 _cache: dict[str, Operator] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from operators._operator import Baseline
+from ablate.operators._operator import Baseline
 
 
 def compiled(fn: Callable, mode: str | None = None) -> Callable:

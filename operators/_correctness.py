@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 if TYPE_CHECKING:
-    from operators._operator import Operator
+    from ablate.operators._operator import Operator
 
 # Unit roundoff of each output dtype: the largest relative error of one rounding to nearest.
 UNIT = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53}

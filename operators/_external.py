@@ -5,7 +5,7 @@ import dataclasses
 import hashlib
 from pathlib import Path
 
-from operators._operator import Baseline, Operator, load_module
+from ablate.operators._operator import Baseline, Operator, load_module
 
 
 def external_baseline(op: Operator, name: str, path: str | Path) -> Baseline:

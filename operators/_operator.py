@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from operators._correctness import ContractRule, Envelope, Judgement
+from ablate.operators._correctness import ContractRule, Envelope, Judgement
 
 Shape = dict[str, Any]  # e.g. {"M": 4096, "N": 4096, "dtype": "bfloat16"}
 
@@ -85,7 +85,7 @@ class Operator:
 
     def kernel_of(self, module: Any) -> Callable[..., Any]:
         """The submission's entry point: kernel(*inputs) with the reference's inputs and outputs."""
-        from operators._entries import kernel_of
+        from ablate.operators._entries import kernel_of
 
         return kernel_of(module, self.entry)
 
@@ -93,7 +93,7 @@ class Operator:
         """Judge outputs computed from `inputs` by the one correctness rule (_correctness.py).
         expected: the float64 reference's outputs (computed when None); envelope: the calibrated
         one (when None, the reference in the contract dtype alone sets it, as on a CPU)."""
-        from operators import _correctness as c
+        from ablate.operators import _correctness as c
 
         if expected is None:
             expected = c.reference_outputs(self, inputs)

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 
 from ablate.errors import AblateError
-from operators import _meta
-from operators._baselines import compile_baselines
-from operators._inputs import generator, integers, tensor
-from operators._node import node_value
-from operators._operator import Baseline, Operator
+from ablate.operators import _meta
+from ablate.operators._baselines import compile_baselines
+from ablate.operators._inputs import generator, integers, tensor
+from ablate.operators._node import node_value
+from ablate.operators._operator import Baseline, Operator
 
 DTYPES = {
     "float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,

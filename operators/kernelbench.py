@@ -42,11 +42,11 @@ from typing import Any
 import torch
 
 from ablate.errors import AblateError
-from operators import _meta
-from operators._inputs import generator, tensor
-from operators._entries import module_runner
-from operators._node import node_value
-from operators._operator import Baseline, Operator, load_module
+from ablate.operators import _meta
+from ablate.operators._inputs import generator, tensor
+from ablate.operators._entries import module_runner
+from ablate.operators._node import node_value
+from ablate.operators._operator import Baseline, Operator, load_module
 
 SEED = 42  # KernelBench seeds the RNG with 42 before building Model and ModelNew
 # KernelBench's atol = rtol = 1e-2, as the per-element tolerance of the one rule (relative to
@@ -139,7 +139,7 @@ def _insensitive(op: Operator, make_inputs, reference, shape) -> str | None:
     the problem's own inputs passes the operator's check (the one rule) against another draw, so
     a constant output passes there. None when it does not. The message names the distributions
     where the constant also passes, and those where it fails (where the judge still catches it)."""
-    from operators._operator import DISTRIBUTIONS
+    from ablate.operators._operator import DISTRIBUTIONS
 
     with torch.random.fork_rng(), torch.no_grad():
         constant = reference(*make_inputs(shape, 1, "cpu", "normal"))

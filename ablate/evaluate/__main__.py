@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if node is not None and not isinstance(node, dict):
             raise AblateError("--operator-set must be a JSON object")
         if node:  # an external operator exists only once its node is loaded, here as in the judge
-            import operators
+            from ablate import operators
 
             operators.load_set(node)
         r = evaluate(a.operator, a.submission, shapes=a.shapes, seed=a.seed, timing=not a.no_timing,

@@ -38,7 +38,7 @@ def ceilings(info: dict, note, measure, rate=None) -> dict:
 def operator_hash(op, node: dict | None) -> str:
     """Identifies the operator's definition (its folder's code, its task files, how it was
     loaded): part of the baseline cache key, so an edited operator is measured again."""
-    import operators
+    from ablate import operators
 
     h = hashlib.sha256(json.dumps(node or {}, sort_keys=True, default=str).encode())
     files = set(Path(p) for p in op.task_files.values())
@@ -60,7 +60,7 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
     """{"ms": {name: median}, "skipped": {name: reason}} for one shape. verdicts: {distribution:
     {name: the calibration's verdict}}: only a library that passed the correctness rule on every
     distribution is timed."""
-    from operators import shape_id
+    from ablate.operators import shape_id
 
     ms, skipped, todo, noisy, contended = {}, {}, [], [], {}
     for name, b in ev.op.baselines.items():

@@ -117,15 +117,32 @@ def _hooks_active(torch) -> str | None:
     operations do after it returned). None when there is none."""
     C = torch._C
     if C._len_torch_dispatch_stack():
-        return "a TorchDispatchMode was still active after the call"
+        return "a TorchDispatchMode was in force"
     keys = getattr(C, "_TorchDispatchModeKey", None)
     if keys is not None and any(C._get_dispatch_mode(k) is not None for k in keys.__members__.values()):
-        return "an infrastructure dispatch mode (fake, proxy or functional tensors) was still active after the call"
+        return "an infrastructure dispatch mode (fake, proxy or functional tensors) was in force"
     if C._len_torch_function_stack():
-        return "a TorchFunctionMode was still active after the call"
+        return "a TorchFunctionMode was in force"
     if not C._is_torch_function_enabled():
-        return "torch-function handling was switched off after the call"
+        return "torch-function handling was switched off"
     return None
+
+
+def _clear_hooks(torch) -> str | None:
+    """_hooks_active, and every such mode taken out of force, so the driver's own tensor operations
+    after it never run through the kernel's Python."""
+    why = _hooks_active(torch)
+    if why is not None:
+        C = torch._C
+        while C._len_torch_dispatch_stack():
+            C._pop_torch_dispatch_stack(None)
+        keys = getattr(C, "_TorchDispatchModeKey", None)
+        for k in (keys.__members__.values() if keys is not None else ()):
+            if C._get_dispatch_mode(k) is not None:
+                C._unset_dispatch_mode(k)
+        while C._len_torch_function_stack():
+            C._pop_torch_function_stack()
+    return why
 
 
 class Driver:
@@ -272,8 +289,8 @@ class Driver:
         with self.pool.active() if self.pool else _nothing():
             out, reason, message = self.call(ins, first=first)
         fails = rep["failures"]
-        if (why := _hooks_active(torch)) is not None:
-            fails["hook_active"] = why
+        if (why := _clear_hooks(torch)) is not None:
+            fails["hook_active"] = f"{why} when the call returned"
         if reason and reason != "thread_injection":
             rep.update(reason=reason, message=message, fatal=reason in ("crash", "oom"))
             return rep
@@ -381,7 +398,10 @@ class Driver:
         if not callable(self.fn):
             return self.ch.send("import", reason="no_kernel_function", message="kernel.py defines no callable kernel",
                                 failures=self.failures_now())
-        self.ch.send("import", reason=None, failures=self.failures_now())  # tampering at import: reported, still judged
+        failures = self.failures_now()  # tampering at import: reported, and the kernel still judged
+        if (why := _clear_hooks(self.torch)) is not None:
+            failures["hook_active"] = why
+        self.ch.send("import", reason=None, failures=failures)
         self.serve()
 
     def serve(self, other=None) -> None:
@@ -450,7 +470,7 @@ def _forget_kit(finder) -> None:
     if finder in sys.meta_path:
         sys.meta_path.remove(finder)
     for name in list(sys.modules):
-        if name.split(".")[0] in ("ablate", "operators"):
+        if name.split(".")[0] == "ablate":
             del sys.modules[name]
 
 
@@ -460,7 +480,7 @@ def run(go: dict, ch, torch, device: str, snapshot, finder, pool=None) -> int:
         ch.send("import", reason="crash", message=f"candidate sees device {device}, judge {go.get('device')}",
                 failures={})
         return 1
-    from operators import _entries
+    from ablate.operators import _entries
 
     guard_log = _guard.install(os.path.dirname(go["submission"]), go["kit"])
     driver = Driver(go, torch, device, snapshot, ch, guard_log, pool)

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from operators import _correctness as rule
+from ablate.operators import _correctness as rule
 
 _Tensor = torch.Tensor
 reference_outputs = rule.reference_outputs
@@ -31,7 +31,7 @@ def output_bytes(exp) -> int:
 def calibration(ev, shape: dict, dist: str, ins, refs) -> dict:
     """{"envelope", "verdicts", "reference"} of one shape and distribution (cached)."""
     from ablate.evaluate import _cache
-    from operators import shape_id
+    from ablate.operators import shape_id
 
     impls = {name: b.fn for name, b in ev.op.baselines.items()
              if not (b.needs_cuda and ev.device != "cuda") and b.unavailable() is None}

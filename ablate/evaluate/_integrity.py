@@ -29,7 +29,7 @@ DRIVER_NAMES = (
     "socket.socket.sendmsg", "builtins.type", "builtins.isinstance", "builtins.open", "builtins.len",
     "builtins.sorted", "builtins.memoryview", "sys.audit", "sys.addaudithook",
 )
-KIT_PACKAGES = ("ablate", "operators")  # the evaluator's own modules, as the candidate loads them
+KIT_PACKAGES = ("ablate",)  # the evaluator's own modules, as the candidate loads them
 
 
 def _resolve(dotted: str):

@@ -41,7 +41,7 @@ VOID_SHARE = 0.25  # more of a shape's batches voided than this, on a GPU no oth
 
 def input_sets(draws: int) -> list[tuple[str, int]]:
     """(distribution, draw) pairs checked for every shape."""
-    from operators import DISTRIBUTIONS
+    from ablate.operators import DISTRIBUTIONS
 
     return [(dist, d) for dist in DISTRIBUTIONS for d in range(draws)]
 
@@ -73,7 +73,7 @@ def load_operator(name: str, node: dict | None):
     format, or external baselines) the way the caller's process loaded it."""
     import json
 
-    import operators
+    from ablate import operators
 
     if node:
         key = json.dumps(node, sort_keys=True, default=str)
@@ -161,7 +161,7 @@ class Evaluation:
 
     def calibrate(self, i: int, shape: dict) -> dict:
         """The envelope of each distribution (from its first draw), and each library's verdicts."""
-        from operators import _correctness as rule
+        from ablate.operators import _correctness as rule
 
         plan, out = self.plans[i], {}
         for k, (dist, d) in enumerate(plan["sets"]):
@@ -532,7 +532,7 @@ class Evaluation:
 
 
 def shape_key(shape: dict) -> str:
-    from operators import shape_id
+    from ablate.operators import shape_id
 
     return shape_id(shape)
 

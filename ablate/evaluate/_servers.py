@@ -18,6 +18,7 @@ Every evaluation starts clean and leaves nothing behind:
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import re
 import shutil
@@ -63,12 +64,13 @@ sys.meta_path.insert(0, finder)
 from ablate.evaluate import _candidate
 sys.exit(_candidate.boot(finder, *sys.argv[1:]))
 """
-# The kit: the files the candidate process needs, by their place in the project.
-KIT = ("ablate/evaluate/_candidate.py", "ablate/evaluate/_channel.py", "ablate/evaluate/_guard.py",
-       "ablate/evaluate/_integrity.py", "ablate/evaluate/_reasons.py", "ablate/evaluate/_tensors.py",
-       "ablate/evaluate/_cuda.py", "ablate/evaluate/_exchange.py", "ablate/evaluate/_pool.py", "ablate/evaluate/_gpu.py",
-       "operators/_entries.py")
-KIT_PACKAGES = ("ablate", "ablate.evaluate", "operators")
+# The kit: the modules the candidate process needs, by their import names (each copied from where
+# its package lives: ablate.operators is the project's operators/ folder).
+KIT = ("ablate.evaluate._candidate", "ablate.evaluate._channel", "ablate.evaluate._guard",
+       "ablate.evaluate._integrity", "ablate.evaluate._reasons", "ablate.evaluate._tensors",
+       "ablate.evaluate._cuda", "ablate.evaluate._exchange", "ablate.evaluate._pool", "ablate.evaluate._gpu",
+       "ablate.operators._entries")
+KIT_PACKAGES = ("ablate", "ablate.evaluate", "ablate.operators")
 
 INNER_ROOT = "/eval"  # where a candidate's evaluation root appears inside the sandbox (read-only)
 TMP_BYTES = 4 << 30  # the candidate's private tmpfs (/tmp: HOME, caches, TMPDIR); its use counts as memory
@@ -177,8 +179,10 @@ def kit() -> Path:
         for pkg in KIT_PACKAGES:
             (d / pkg.replace(".", "/")).mkdir(parents=True, exist_ok=True)
             (d / pkg.replace(".", "/") / "__init__.py").write_text("")
-        for rel in KIT:
-            shutil.copyfile(REPO / rel, d / rel)
+        for name in KIT:
+            package, module = name.rsplit(".", 1)
+            src = Path(importlib.util.find_spec(package).submodule_search_locations[0]) / f"{module}.py"
+            shutil.copyfile(src, d / package.replace(".", "/") / f"{module}.py")
         for p in [d, *d.rglob("*")]:
             p.chmod(0o555 if p.is_dir() else 0o444)
         _KIT[:] = [d]

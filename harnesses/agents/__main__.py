@@ -1,15 +1,15 @@
-"""`python -m harnesses.agents install [claude_code] [codex] [--version V]` and `... status`."""
+"""`python -m ablate.harnesses.agents install [claude_code] [codex] [--version V]` and `... status`."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from ablate.errors import AblateError
-from harnesses.agents import _install
+from ablate.harnesses.agents import _install
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harnesses.agents",
+    p = argparse.ArgumentParser(prog="python -m ablate.harnesses.agents",
                                 description=f"The external agent CLIs, pinned, installed into {_install.root()} "
                                             f"(set ABLATE_AGENTS_DIR to move it).")
     sub = p.add_subparsers(dest="command", required=True)
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, pkg in _install.PINNED.items():
                 m = _install.installed(name)
                 print(f"{name} {pkg.version} ({pkg.npm}): " + (f"installed, {m['reported']}" if m else
-                                                             f"not installed (python -m harnesses.agents install {name})"))
+                                                             f"not installed (python -m ablate.harnesses.agents install {name})"))
     except AblateError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ from typing import Any
 
 from ablate.errors import AblateError
 from ablate.gateway import bridge
-from harnesses.agents import _config, _install
+from ablate.harnesses.agents import _config, _install
 
 HOME = "/home/agent"  # the agent's home inside the sandbox
 PROGRAM = "/opt/ablate/agent"  # its program's folder inside

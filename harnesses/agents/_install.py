@@ -1,8 +1,8 @@
 """The published agent CLIs, at pinned versions, installed from npm into a folder of ablate's own.
 
-    python -m harnesses.agents install            # both, at the pinned versions
-    python -m harnesses.agents install claude_code --version 2.1.332
-    python -m harnesses.agents status
+    python -m ablate.harnesses.agents install            # both, at the pinned versions
+    python -m ablate.harnesses.agents install claude_code --version 2.1.332
+    python -m ablate.harnesses.agents status
 
 Where: $ABLATE_AGENTS_DIR, else ~/.cache/ablate/agents; one folder per agent and version
 (``claude_code-2.1.332/``), written whole or not at all. Both packages ship a native binary per
@@ -86,7 +86,7 @@ def require(name: str, version: str | None = None) -> dict[str, Any]:
     if found is None:
         pinned = "" if version == PINNED[name].version else f" --version {version}"
         raise AblateError(f"agent {name} {version} is not installed in {root()}; install it with "
-                          f"`python -m harnesses.agents install {name}{pinned}` (needs npm and the npm registry)")
+                          f"`python -m ablate.harnesses.agents install {name}{pinned}` (needs npm and the npm registry)")
     return found
 
 

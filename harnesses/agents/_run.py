@@ -29,9 +29,9 @@ from ablate.errors import AblateError
 from ablate.models import Message, ProviderOutage, ToolCall, Usage
 from ablate.models import _pricing
 from ablate.sandbox import _bwrap
-from harnesses import _documents
-from harnesses._loop import AgentResult, Spend
-from harnesses.agents._agents import HOME, External
+from ablate.harnesses import _documents
+from ablate.harnesses._loop import AgentResult, Spend
+from ablate.harnesses.agents._agents import HOME, External
 
 PROMPT = "agents/prompt.md"  # what an external agent is told besides the task (harnesses/agents/prompt.md)
 POLL_S = 0.2

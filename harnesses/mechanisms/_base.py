@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 from ablate.models import Model
 from ablate.sandbox import Tool, Workspace
-from harnesses import _documents
-from harnesses._task import Task
+from ablate.harnesses import _documents
+from ablate.harnesses._task import Task
 
 
 @dataclass

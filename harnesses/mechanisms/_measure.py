@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.sandbox import Workspace
-from harnesses import _documents
-from harnesses._task import Task
+from ablate.harnesses import _documents
+from ablate.harnesses._task import Task
 
 SCRIPT = "scripts/measure.py"
 DOCUMENTS = (SCRIPT,)

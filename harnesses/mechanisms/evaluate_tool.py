@@ -9,7 +9,7 @@ import time
 
 from ablate.models import ToolSpec
 from ablate.sandbox import Tool, ToolResult
-from harnesses.mechanisms._base import Mechanism
+from ablate.harnesses.mechanisms._base import Mechanism
 
 
 def brief(result: dict) -> dict:

@@ -21,7 +21,7 @@ import yaml
 
 from ablate.models import ToolSpec
 from ablate.sandbox import Tool, ToolResult
-from harnesses.mechanisms._base import Mechanism
+from ablate.harnesses.mechanisms._base import Mechanism
 
 WIKI = Path(__file__).resolve().parent.parent / "knowledge"
 FIELDS = ("tags", "hardware", "kernel_types", "languages", "symptoms")  # the filterable front-matter lists

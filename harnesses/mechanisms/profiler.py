@@ -22,8 +22,8 @@ from typing import Any
 
 from ablate.models import ToolSpec
 from ablate.sandbox import Tool, ToolResult
-from harnesses import _documents
-from harnesses.mechanisms._base import Mechanism
+from ablate.harnesses import _documents
+from ablate.harnesses.mechanisms._base import Mechanism
 
 SCRIPT = "scripts/profile.py"
 SECTIONS = ["SpeedOfLight", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis", "Occupancy", "LaunchStats",

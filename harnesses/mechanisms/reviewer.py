@@ -16,8 +16,8 @@ from typing import Any
 
 from ablate import models
 from ablate.models import Message
-from harnesses import _documents
-from harnesses.mechanisms._base import Mechanism
+from ablate.harnesses import _documents
+from ablate.harnesses.mechanisms._base import Mechanism
 
 TESTS = ("bash", "evaluate", "profile", "workflow", "candidate")  # tools whose output is evidence about kernel.py
 EVIDENCE_CHARS = 1500

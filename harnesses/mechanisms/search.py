@@ -15,8 +15,8 @@ from typing import Any
 
 from ablate.models import ToolSpec
 from ablate.sandbox import Tool, ToolResult
-from harnesses.mechanisms import _measure
-from harnesses.mechanisms._base import Mechanism
+from ablate.harnesses.mechanisms import _measure
+from ablate.harnesses.mechanisms._base import Mechanism
 
 LINEAGE = "candidates.jsonl"
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from ablate.models import ToolSpec
 from ablate.sandbox import Tool, ToolResult
-from harnesses import _documents
-from harnesses.mechanisms import _measure
-from harnesses.mechanisms._base import Mechanism
+from ablate.harnesses import _documents
+from ablate.harnesses.mechanisms import _measure
+from ablate.harnesses.mechanisms._base import Mechanism
 
 PHASES = ("correct", "optimise", "specialise")
 DRAFT_SECTIONS = ("baseline", "risks", "directions", "steps", "validation", "evidence")

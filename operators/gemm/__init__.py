@@ -3,13 +3,13 @@ from pathlib import Path
 
 import torch
 
-from operators._baselines import compiled
-from operators._correctness import TOLERANCE
-from operators._inputs import dtype_of, esize, generator, tensor
-from operators._operator import Baseline, Operator, load_module
+from ablate.operators._baselines import compiled
+from ablate.operators._correctness import TOLERANCE
+from ablate.operators._inputs import dtype_of, esize, generator, tensor
+from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
-_ref = load_module(HERE / "reference.py", "operators.gemm.reference")
+_ref = load_module(HERE / "reference.py", "ablate.operators.gemm.reference")
 
 
 def make_inputs(shape, seed, device, dist):

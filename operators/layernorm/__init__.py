@@ -3,13 +3,13 @@ from pathlib import Path
 
 import torch
 
-from operators._baselines import compile_baselines, flashinfer_unavailable, liger_unavailable, quack_unavailable
-from operators._correctness import TOLERANCE
-from operators._inputs import dtype_of, esize, generator, tensor
-from operators._operator import Baseline, Operator, load_module
+from ablate.operators._baselines import compile_baselines, flashinfer_unavailable, liger_unavailable, quack_unavailable
+from ablate.operators._correctness import TOLERANCE
+from ablate.operators._inputs import dtype_of, esize, generator, tensor
+from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
-_ref = load_module(HERE / "reference.py", "operators.layernorm.reference")
+_ref = load_module(HERE / "reference.py", "ablate.operators.layernorm.reference")
 
 
 def make_inputs(shape, seed, device, dist):

@@ -3,12 +3,12 @@ from pathlib import Path
 
 import torch
 
-from operators._baselines import compile_baselines, flashinfer_unavailable
-from operators._inputs import dtype_of, esize, generator, tensor
-from operators._operator import Baseline, Operator, load_module
+from ablate.operators._baselines import compile_baselines, flashinfer_unavailable
+from ablate.operators._inputs import dtype_of, esize, generator, tensor
+from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
-_ref = load_module(HERE / "reference.py", "operators.topk.reference")
+_ref = load_module(HERE / "reference.py", "ablate.operators.topk.reference")
 
 
 def make_inputs(shape, seed, device, dist):

@@ -9,8 +9,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import ablate.config  # noqa: F401 - registers the schemas
-import ablations
-import operators
+from ablate import ablations
+from ablate import operators
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ["harness", "model", "operators", "study", "budget"]
@@ -66,7 +66,7 @@ def test_harness_files_are_goal_only_and_kda05_with_every_mechanism_from_its_own
         loop += [opt] if harness.agent is None else []
     assert loop == ["goal_only", "kda05"]  # single-mechanism arms are derived, not files
     kda = compose("config", overrides=["+harness=kda05"]).harness.mechanisms
-    import harnesses
+    from ablate import harnesses
 
     assert sorted(k for k, v in kda.items() if v is not None) == sorted(harnesses.MECHANISMS)
     assert sorted(p.stem for p in (CONF / "harness" / "mechanism").glob("*.yaml")) == sorted(harnesses.MECHANISMS)
@@ -168,7 +168,7 @@ def test_justgoal_plans_the_papers_design(hydra_ctx):
 
 
 def test_mechanisms_study_plans_every_add_and_remove_arm(hydra_ctx):
-    import harnesses
+    from ablate import harnesses
 
     cfg = compose("config", overrides=["study=mechanisms", "+model=scripted", "operators=rmsnorm", "study.seeds=[0]"])
     specs = ablations.expand(plain(cfg))

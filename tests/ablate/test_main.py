@@ -54,7 +54,7 @@ def test_default_study_runs_offline_and_prints_the_ratio(tmp_path):
     assert "kda05 / goal_only" in r.stdout and "cpu-interpreted" in r.stdout
     report = tmp_path / "smoke" / "report"
     assert f"report: {report}/index.html (tables: {report}/tables.md, CSV in {report}/tables)" in r.stdout
-    assert (f"again, from the records alone: python -m analysis {tmp_path}/smoke --baseline goal_only"
+    assert (f"again, from the records alone: python -m ablate.analysis {tmp_path}/smoke --baseline goal_only"
             in r.stdout.splitlines())
     assert (report / "index.html").is_file()
     kda = [x for x in recs if x["arm"] == "kda05"][0]
@@ -84,7 +84,7 @@ def test_help_says_what_it_does_with_examples_and_the_other_commands():
     assert out.startswith("ablate: a controlled ablation benchmark")
     studies = next(line for line in out.splitlines() if line.startswith("study: "))
     assert {"justgoal", "mechanisms", "smoke"} <= set(studies.removeprefix("study: ").split(", "))  # conf/study
-    for text in ("Examples:", "dry_run=true", "python -m analysis runs/STUDY",
+    for text in ("Examples:", "dry_run=true", "python -m ablate.analysis runs/STUDY",
                  "python -m ablate.rescore runs/STUDY", "python -m ablate.evaluate --operator OP", "--hydra-help"):
         assert text in out, text
     assert "== Config ==" not in out and "max_output_bytes" not in out  # not the composed config
@@ -92,7 +92,7 @@ def test_help_says_what_it_does_with_examples_and_the_other_commands():
 
 
 def test_a_dry_run_prints_the_plan_with_its_cost_and_runs_nothing(tmp_path):
-    import operators
+    from ablate import operators
 
     r = ablate("study=justgoal", "+model=fable-5.1", "dry_run=true", f"store={tmp_path}", timeout=300)
     assert r.returncode == 0, r.stderr
@@ -177,7 +177,7 @@ def test_multirun_arms_as_separate_jobs_pair_up_in_analysis(tmp_path):
     recs = records(tmp_path / "smoke")
     assert sorted(x["arm"] for x in recs) == ["goal_only", "kda05"]
     assert recs[0]["match_key"] == recs[1]["match_key"]
-    out = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path / "smoke")], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "ablate.analysis", str(tmp_path / "smoke")], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "kda05 / goal_only" in out.stdout
     assert " 1 " in out.stdout.split("kda05 / goal_only")[1].splitlines()[0]  # one matched pair

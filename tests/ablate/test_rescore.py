@@ -156,7 +156,7 @@ def snaps(snapshot_study, tmp_path) -> Path:
 
 
 def test_snapshots_are_judged_on_public_shapes_beside_the_trial_and_a_rerun_skips_them(snaps):
-    from analysis import tables
+    from ablate.analysis import tables
 
     [trial] = [d for d in snaps.iterdir() if (d / "record.json").is_file()]
     before = {p: (trial / p).read_bytes() for p in ("record.json", "evaluation.json")}
@@ -188,7 +188,7 @@ def test_snapshots_are_judged_on_public_shapes_beside_the_trial_and_a_rerun_skip
 
 
 def test_a_snapshot_is_judged_only_by_the_trusted_evaluator(snaps):
-    from analysis import frames
+    from ablate.analysis import frames
 
     [trial] = [d for d in snaps.iterdir() if (d / "record.json").is_file()]
     ws = trial / "workspace"

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-import operators.rmsnorm
+import ablate.operators.rmsnorm
 from ablate import models, runner
 from ablate.errors import AblateError
 
-OPERATOR_SOURCE = Path(operators.rmsnorm.__file__).resolve()  # the operator as this run imports it
+OPERATOR_SOURCE = Path(ablate.operators.rmsnorm.__file__).resolve()  # the operator as this run imports it
 
 
 def cfg(tmp_path, actions=(), seeds=(0, 1)):
@@ -204,7 +204,7 @@ def test_a_trial_failing_every_attempt_is_reported_and_the_others_still_run(tmp_
     recs = read_records(tmp_path / "store" / "t")
     assert [r.seed for r in recs] == [1]  # no record, hence no rejected kernel, for the failed trial
     assert recs[0].verdict == "rejected" and "incorrect" in recs[0].evaluation["reasons"]  # judged for real
-    from analysis import tables
+    from ablate.analysis import tables
 
     assert list(tables.trials(tmp_path / "store" / "t")["seed"]) == [1]
     [failed] = e.value.failures
@@ -394,7 +394,7 @@ def test_a_study_ends_with_its_reports_path_and_the_command_that_writes_it_again
     runner.print_report(study, c, paths)
     out = capsys.readouterr().out.strip().splitlines()
     assert f"report: {study}/report/index.html (tables: {study}/report/tables.md, CSV in {study}/report/tables)" in out
-    assert out[-1] == f"again, from the records alone: python -m analysis {study} --baseline goal_only"
+    assert out[-1] == f"again, from the records alone: python -m ablate.analysis {study} --baseline goal_only"
     assert (study / "report" / "index.html").is_file() and (study / "report" / "tables.md").is_file()
 
 

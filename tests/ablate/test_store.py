@@ -107,7 +107,7 @@ def test_corrupt_trial_directories_are_reported_and_skipped_everywhere(tmp_path,
     assert "bad-json: record.json is not valid JSON" in logged and "not-a-record" in logged and "wrong-schema" in logged
     assert {Path(d).name for d, _ in problems(study)} == {"bad-json", "not-a-record", "wrong-schema"}
     # the analysis command reads past them with a line each, no traceback
-    out = subprocess.run([sys.executable, "-m", "analysis", str(study)], cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "ablate.analysis", str(study)], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]

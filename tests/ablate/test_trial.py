@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import operators
+from ablate import operators
 from ablate import runner
 from ablate.evaluate import EvaluatorFailure
 from ablate.models import ProviderOutage
@@ -80,10 +80,10 @@ def test_model_calls_and_transcript_reach_the_disk_as_they_happen(tmp_path):
 @pytest.mark.parametrize("node,name,loader", [
     ({"source": "kernelbench", "path": str(DATA / "kernelbench"), "level": 1, "names": [],
       "shapes": {"public": "public", "eval": "eval"}, "external_baselines": {}}, "kernelbench/3_Log",
-     "operators.kernelbench:from_file"),
+     "ablate.operators.kernelbench:from_file"),
     ({"source": "flashinfer", "path": str(DATA / "flashinfer"), "names": [],
       "shapes": {"public": "public", "eval": "eval"}, "external_baselines": {}}, "flashinfer/rmsnorm_h128",
-     "operators.flashinfer:from_definition"),
+     "ablate.operators.flashinfer:from_definition"),
 ])
 def test_an_external_operator_resolves_from_its_record_alone_and_loads_once(tmp_path, monkeypatch, node, name, loader):
     specs = [s for s in runner.plan(cfg(operators_node=node)) if s.operator == name]

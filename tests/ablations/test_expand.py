@@ -2,7 +2,7 @@
 import pytest
 
 from ablate.errors import AblateError
-from ablations import arms, expand, scope_shapes
+from ablate.ablations import arms, expand, scope_shapes
 
 GOAL = {"name": "goal_only", "mechanisms": {}}
 KDA = {"name": "kda05", "mechanisms": {"knowledge": {"max_results": 3}, "workflow": {}, "reviewer": {"rounds": 2},
@@ -72,7 +72,7 @@ def test_derived_arms_take_their_mechanism_from_the_specialist():
 
 
 def test_single_shape_scope_gives_one_trial_per_eval_shape_the_agent_sees():
-    import operators
+    from ablate import operators
 
     specs = expand(cfg(scopes=["single_shape"], seeds=[0]))
     evals = operators.get("rmsnorm").shape_set("eval")
@@ -138,7 +138,7 @@ def test_match_key_holds_what_could_change_a_result(tmp_path, monkeypatch):
 
 
 def test_the_core_prompts_hashes_are_in_the_match_key(monkeypatch):
-    import harnesses
+    from ablate import harnesses
 
     before = expand(cfg())[0].match_key
     monkeypatch.setattr(harnesses, "core_hashes", lambda: {"prompts/core.md": "0" * 64, "prompts/task.md": "1" * 64})

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from analysis import stats
+from ablate.analysis import stats
 from benchmarks.analysis_coverage import familywise, simulate
 
 

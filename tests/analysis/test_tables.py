@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import ablate.evaluate
-from analysis import frames, report, stats, tables
+from ablate.analysis import frames, report, stats, tables
 from benchmarks.synthetic import GPU_ENV, single_shapes, write_study, write_trial
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -436,7 +436,7 @@ def test_report_names_the_ratio_and_labels_cpu_timing(tmp_path):
 
 
 def test_analysis_cli_bad_path_is_one_line(tmp_path, capsys):
-    from analysis.__main__ import main
+    from ablate.analysis.__main__ import main
 
     assert main([str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -444,7 +444,7 @@ def test_analysis_cli_bad_path_is_one_line(tmp_path, capsys):
 
 
 def test_a_misspelt_study_path_is_one_line_naming_the_nearest_study(tmp_path, capsys):
-    from analysis.__main__ import main
+    from ablate.analysis.__main__ import main
 
     write_trial(tmp_path, "goal_only", 0, 1.0, study="smoke")
     write_trial(tmp_path, "goal_only", 0, 1.0, study="justgoal")
@@ -460,7 +460,7 @@ def test_a_misspelt_study_path_is_one_line_naming_the_nearest_study(tmp_path, ca
 
 
 def test_a_misspelt_arm_is_one_line_naming_the_arms(tmp_path, capsys):
-    from analysis.__main__ import main
+    from ablate.analysis.__main__ import main
 
     write_trial(tmp_path, "goal_only", 0, 1.0)
     write_trial(tmp_path, "kda05", 0, 1.5)
@@ -474,7 +474,7 @@ def test_a_misspelt_arm_is_one_line_naming_the_arms(tmp_path, capsys):
 
 
 def test_the_cli_and_notebook_default_to_where_the_default_study_writes():
-    import analysis.__main__ as cli
+    import ablate.analysis.__main__ as cli
 
     conf = (ROOT / "conf" / "config.yaml").read_text()
     study = (ROOT / "conf" / "study" / "smoke.yaml").read_text()
@@ -589,7 +589,7 @@ def test_accepted_trials_the_judge_flagged_are_named_before_the_numbers(tmp_path
 
 
 def test_the_estimator_for_many_columns_at_once_is_the_estimator():
-    from analysis import scoring
+    from ablate.analysis import scoring
 
     rng = np.random.default_rng(4)
     g = pd.DataFrame({"operator": rng.choice(["a", "b", "c"], 40), "seed": rng.integers(0, 4, 40)})

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-import operators
+from ablate import operators
 from benchmarks import ncu_profile
-from operators._operator import load_module
+from ablate.operators._operator import load_module
 
 # ncu 2025.3 --csv --page details --nvtx, as it printed on the H200 (trimmed to the metrics used here):
 # its own messages, then one row per metric or rule, with the NVTX range the kernel ran in

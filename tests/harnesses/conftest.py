@@ -3,7 +3,7 @@ import pytest
 
 from ablate.models import Response, ToolCall, Usage
 from ablate.sandbox import Limits, Workspace
-from harnesses import Task
+from ablate.harnesses import Task
 
 REFERENCE = b"def reference(x): return x\n"
 WRITE = ("write_file", {"path": "kernel.py", "content": "def kernel(x): return x\n"})

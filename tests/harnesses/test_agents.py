@@ -11,12 +11,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import ablate.config  # noqa: F401 - registers the schemas
-import harnesses
+from ablate import harnesses
 from ablate.errors import AblateError
-from ablations import expand
-from harnesses import agents
-from harnesses.agents import _install
-from harnesses.agents._agents import ClaudeCode, Codex, toml
+from ablate.ablations import expand
+from ablate.harnesses import agents
+from ablate.harnesses.agents import _install
+from ablate.harnesses.agents._agents import ClaudeCode, Codex, toml
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 MODEL = {"name": "scripted", "provider": "scripted", "id": "scripted-kernel-search-v1"}
@@ -131,7 +131,7 @@ def test_a_bad_agent_node_is_refused_in_one_line_saying_what_to_do(installed, no
 
 def test_an_uninstalled_cli_names_the_command_that_installs_it(tmp_path, monkeypatch):
     monkeypatch.setenv("ABLATE_AGENTS_DIR", str(tmp_path))
-    with pytest.raises(AblateError, match=r"`python -m harnesses.agents install codex`"):
+    with pytest.raises(AblateError, match=r"`python -m ablate.harnesses.agents install codex`"):
         harnesses.build({"name": "codex", "agent": {"name": "codex"}})
 
 

@@ -1,4 +1,4 @@
-"""The real Claude Code and Codex CLIs (npm, pinned: `python -m harnesses.agents install`) as arms, end
+"""The real Claude Code and Codex CLIs (npm, pinned: `python -m ablate.harnesses.agents install`) as arms, end
 to end, offline: `python -m ablate +harness=claude_code +model=scripted` writes, judges and records a
 kernel; a budget ends the agent mid-trial; a recorded trial replays; probed from inside through the
 agent's own shell tool, the sandbox has no network, no key and no outside socket but the gateway's; a skill
@@ -17,7 +17,7 @@ import pytest
 
 from ablate.store import Store
 from ablate.trial import TrialSpec, run_trial
-from harnesses import agents
+from ablate.harnesses import agents
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = {"claude_code": ("anthropic", "Write", "Bash"), "codex": ("responses", "apply_patch", "exec_command")}
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # trials of 5-20 s; 
 def clis():
     missing = [n for n in agents.PINNED if agents.installed(n) is None]
     if missing:
-        why = f"{', '.join(missing)} not installed; `python -m harnesses.agents install` installs them"
+        why = f"{', '.join(missing)} not installed; `python -m ablate.harnesses.agents install` installs them"
         if os.environ.get("ABLATE_REQUIRE_AGENTS") == "1":
             pytest.fail(why)
         pytest.skip(why)

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-import harnesses
-from harnesses import Budget
+from ablate import harnesses
+from ablate.harnesses import Budget
 
 
 def _evaluate(seen):

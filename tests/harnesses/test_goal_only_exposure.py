@@ -18,7 +18,8 @@ MARKERS = ("RMSNorm starting configurations", "Work under a workflow controller"
 PROBE = r'''
 import json, sys
 from pathlib import Path
-import ablate, harnesses
+import ablate
+from ablate import harnesses
 from ablate.models import Response, ToolCall, Usage
 from ablate.sandbox import Workspace
 from ablate.sandbox import _bwrap
@@ -31,7 +32,7 @@ commands = [
     f"cat {pkg}/prompts/workflow.md",
     f"cat {templates}/rmsnorm.py",
     f"ls -la {pkg} {pkg}/knowledge",
-    "python -c 'import harnesses.mechanisms.knowledge as k; print(k.__file__)'",
+    "python -c 'import ablate.harnesses.mechanisms.knowledge as k; print(k.__file__)'",
     "python -c 'import ablate.models._scripted as s; print(open(s.__file__).read())'",
     f"find {roots} -maxdepth 5 \\( -name 'row-reductions.md' -o -name 'workflow.md' -o -name 'scripted_templates' \\) 2>/dev/null",
     "ls -R . | head -50",
@@ -115,11 +116,12 @@ def _install_and_probe(base):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for pkg in ours:
+    for pkg in (*ours, "hydra_plugins"):  # the folders pyproject maps to ablate.*
         shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
                     "--target", str(site), str(src)], check=True, capture_output=True, timeout=240)
-    assert (site / "harnesses" / "knowledge" / "row-reductions.md").is_file()
+    assert (site / "ablate" / "harnesses" / "knowledge" / "row-reductions.md").is_file()
+    assert not any((site / name).exists() for name in ("harnesses", "operators", "ablations", "analysis"))  # one name
     assert (site / "ablate" / "models" / "scripted_templates" / "rmsnorm.py").is_file()
     assert (site / "torch").exists()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -128,7 +130,7 @@ def _install_and_probe(base):
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("PROBE ")), None)
     assert line, r.stderr[-3000:]
     found = json.loads(line.removeprefix("PROBE "))
-    assert found["package"] == str(site / "harnesses")
+    assert found["package"] == str(site / "ablate" / "harnesses")
     return found
 
 

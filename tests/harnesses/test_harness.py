@@ -1,9 +1,9 @@
 """The goal-only core, and what each mechanism adds to it: tools, prompt, files, record."""
 import pytest
 
-import harnesses
+from ablate import harnesses
 from ablate.errors import AblateError
-from harnesses import Budget
+from ablate.harnesses import Budget
 
 CORE_TOOLS = {"bash", "read_file", "write_file", "list_files", "submit"}
 # Words that only a mechanism's text may use: goal_only must show none of them.

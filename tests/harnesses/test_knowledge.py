@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import harnesses
-import operators
-from harnesses import Budget
-from harnesses.mechanisms import knowledge as kb
+from ablate import harnesses
+from ablate import operators
+from ablate.harnesses import Budget
+from ablate.harnesses.mechanisms import knowledge as kb
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ import pytest
 from ablate.errors import AblateError
 from ablate.models import Response, ToolCall, ToolSpec, Usage
 from ablate.sandbox import Tool, ToolResult
-from harnesses import Budget, run_loop
+from ablate.harnesses import Budget, run_loop
 
 
 class FakeModel:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import harnesses
-import operators
-from harnesses import Budget
-from harnesses.mechanisms import profiler as prof
+from ablate import harnesses
+from ablate import operators
+from ablate.harnesses import Budget
+from ablate.harnesses.mechanisms import profiler as prof
 
 # ncu --import report.ncu-rep --csv --page raw: a header row, a units row, one row per kernel.
 NCU_CSV = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","gpu__time_duration.sum","dram__throughput.avg.pct_of_peak_sustained_elapsed","sm__throughput.avg.pct_of_peak_sustained_elapsed","dram__bytes.sum.per_second","sm__warps_active.avg.pct_of_peak_sustained_active","sm__maximum_warps_per_active_cycle_pct","launch__registers_per_thread","launch__waves_per_multiprocessor","sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio"

@@ -2,9 +2,9 @@
 accepted; objections go back to the implementer; every review call draws on the one budget."""
 import pytest
 
-import harnesses
+from ablate import harnesses
 from ablate.models import Usage
-from harnesses import Budget
+from ablate.harnesses import Budget
 
 EDIT = ("write_file", {"path": "kernel.py", "content": "def kernel(x):\n    return x  # masked now\n"})
 

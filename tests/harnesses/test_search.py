@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-import harnesses
-from harnesses import Budget
-from harnesses.mechanisms import search as search_mod
-from harnesses.mechanisms._measure import Measurement, improves
+from ablate import harnesses
+from ablate.harnesses import Budget
+from ablate.harnesses.mechanisms import search as search_mod
+from ablate.harnesses.mechanisms._measure import Measurement, improves
 
 
 class FakeMeasurer:
@@ -73,10 +73,10 @@ def test_the_promotion_rule():
 def test_the_measurement_runs_in_the_sandbox_against_the_tasks_own_reference(tmp_path):
     """The real script, in bubblewrap: a correct kernel, a wrong one, one that raises, and a wrong one
     that passes only against a reference.py the agent rewrote to agree with it."""
-    import operators
+    from ablate import operators
     from ablate.sandbox import Workspace
-    from harnesses import Task
-    from harnesses.mechanisms._measure import Measurer
+    from ablate.harnesses import Task
+    from ablate.harnesses.mechanisms._measure import Measurer
 
     op = operators.get("rmsnorm")
     shapes = op.shape_set("smoke")
@@ -115,10 +115,10 @@ def test_a_symlink_planted_by_the_agent_is_an_error_not_a_crash(ws, h, fake, tmp
 def test_the_measurement_accepts_any_tied_index_where_the_operator_does(tmp_path):
     """Top-k with ties: a kernel that picks the last of the tied columns is right (the operator's
     rule), one whose indices point elsewhere is not, whatever the reference's own tie-break."""
-    import operators
+    from ablate import operators
     from ablate.sandbox import Workspace
-    from harnesses import Task
-    from harnesses.mechanisms._measure import Measurer
+    from ablate.harnesses import Task
+    from ablate.harnesses.mechanisms._measure import Measurer
 
     op = operators.get("topk")
     shapes = op.shape_set("smoke")

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-import harnesses
-from harnesses import Budget
-from harnesses.mechanisms import workflow as wf
+from ablate import harnesses
+from ablate.harnesses import Budget
+from ablate.harnesses.mechanisms import workflow as wf
 
 DRAFT = """# Draft
 ## Baseline
@@ -38,7 +38,7 @@ class FakeMeasurer:
         self.table, self.calls = table, 0
 
     def measure(self, rel):
-        from harnesses.mechanisms._measure import Measurement
+        from ablate.harnesses.mechanisms._measure import Measurement
 
         self.calls += 1
         src = self.ws.read_bytes(rel).decode()

@@ -31,8 +31,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource, compile as triton_compile, make_backend  # noqa: E402
 from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
-import operators  # noqa: E402
-from operators._operator import load_module, shape_id  # noqa: E402
+from ablate import operators  # noqa: E402
+from ablate.operators._operator import load_module, shape_id  # noqa: E402
 
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 TARGET = GPUTarget("cuda", 90, 32)  # H100 / H200

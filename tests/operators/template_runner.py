@@ -16,8 +16,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import operators  # noqa: E402
-from operators._operator import load_module  # noqa: E402
+from ablate import operators  # noqa: E402
+from ablate.operators._operator import load_module  # noqa: E402
 
 TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
 

@@ -2,7 +2,7 @@
 not installed and one that is installed but cannot load are told apart."""
 import sys
 
-from operators._baselines import missing
+from ablate.operators._baselines import missing
 
 
 def test_a_library_not_installed_is_said_so():

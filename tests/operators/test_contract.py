@@ -4,10 +4,10 @@ import math
 import pytest
 import torch
 
-import operators
-from operators._correctness import RULES, calibrate
-from operators._meta import nbytes
-from operators._operator import load_module
+from ablate import operators
+from ablate.operators._correctness import RULES, calibrate
+from ablate.operators._meta import nbytes
+from ablate.operators._operator import load_module
 
 NAMES = list(operators.REGISTRY)
 
@@ -122,7 +122,7 @@ def test_reference_file_is_self_contained(name):
     op = operators.get(name)
     ref = load_module(op.task_files["reference.py"], f"standalone_{name}")
     src = op.task_files["reference.py"].read_text()
-    assert "import operators" not in src and "from operators" not in src
+    assert "from ablate import operators" not in src and "from operators" not in src
     shape = op.shapes["smoke"][0]
     inputs = ref.example_inputs(**{k: v for k, v in shape.items() if k != "dtype"}, device="cpu")
     ours = op.make_inputs(shape, 0, "cpu", "normal")

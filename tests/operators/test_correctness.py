@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import operators
-from operators import _correctness as c
-from operators._operator import load_module
+from ablate import operators
+from ablate.operators import _correctness as c
+from ablate.operators._operator import load_module
 
 KERNELS = Path(__file__).parent / "kernels"
 FAMILIES = {f: load_module(KERNELS / f"{f}.py", f"correctness_kernels_{f}")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import operators
+from ablate import operators
 from ablate.errors import AblateError
-from operators import flashinfer
+from ablate.operators import flashinfer
 
 DATA = Path(__file__).parent / "data" / "flashinfer"
 HAS_SAFETENSORS = importlib.util.find_spec("safetensors") is not None

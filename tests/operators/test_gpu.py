@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import operators
-from operators._correctness import calibrate
-from operators._operator import load_module, shape_id
+from ablate import operators
+from ablate.operators._correctness import calibrate
+from ablate.operators._operator import load_module, shape_id
 
 NAMES = list(operators.REGISTRY)
 TEMPLATES = Path(__file__).parents[2] / "ablate" / "models" / "scripted_templates"

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import operators
+from ablate import operators
 from ablate.errors import AblateError
-from operators import kernelbench
-from operators._operator import load_module
+from ablate.operators import kernelbench
+from ablate.operators._operator import load_module
 
 DATA = Path(__file__).parent / "data" / "kernelbench"
 
@@ -224,7 +224,7 @@ def problems(tmp_path):
 
 def _dispatched(op, tmp_path, source, name):
     """The ATen operators a submission dispatches on the problem's inputs (meta device)."""
-    from operators import _meta
+    from ablate.operators import _meta
 
     sub = _submission(tmp_path, source, name)
     inputs = _meta.to_meta(op.make_inputs(op.shapes["eval"][0], 0, "cpu", "normal"))

@@ -4,7 +4,7 @@ import textwrap
 import pytest
 import torch
 
-import operators
+from ablate import operators
 from ablate.errors import AblateError
 
 
@@ -100,7 +100,7 @@ def test_load_set_attaches_external_baselines_and_get_finds_them(tmp_path):
 
 
 def test_kernel_of_default_entry(tmp_path):
-    from operators._operator import load_module
+    from ablate.operators._operator import load_module
 
     op = operators.get("gemm")
     mod = load_module(_kernel_file(tmp_path), "entry_test")

@@ -3,10 +3,10 @@ renamed or removed knob would otherwise be timed as the default, under the varia
 widths that are no eval shape's, and without a GPU it refuses in one line."""
 import pytest
 
-import operators
+from ablate import operators
 from ablate.models._scripted import template
 from benchmarks import row_templates as bench
-from operators._operator import load_module
+from ablate.operators._operator import load_module
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "layernorm", "softmax"])

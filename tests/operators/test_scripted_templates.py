@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import operators
+from ablate import operators
 from ablate.models._scripted import render, shape_key, template
 
 HERE = Path(__file__).parent
@@ -206,7 +206,7 @@ def test_a_shape_in_the_dispatch_table_launches_its_configuration(name, monkeypa
     shape launches the other configuration's kernels, the other eval shapes the default's."""
     from triton.runtime.jit import JITFunction
 
-    from operators._operator import load_module
+    from ablate.operators._operator import load_module
 
     monkeypatch.syspath_prepend(str(HERE))
     import template_aot as aot
@@ -239,7 +239,7 @@ def _recorded(monkeypatch, name, tag):
     (None: the module's CONFIG as it is), as (function, args, kwargs)."""
     from triton.runtime.jit import JITFunction
 
-    from operators._operator import load_module
+    from ablate.operators._operator import load_module
 
     monkeypatch.syspath_prepend(str(HERE))
     import template_aot as aot

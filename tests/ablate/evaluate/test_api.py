@@ -154,7 +154,7 @@ def test_every_registered_operator_is_judged(tmp_path, name):
     """The reference's own source (what the agent is shown), submitted as the kernel: right on
     every smoke shape (custom checks, several outputs, integer inputs included), and a
     passthrough where it calls the operator's library (gemm's matmul, top-k's topk, ...)."""
-    import operators
+    from ablate import operators
 
     op = operators.get(name)
     (tmp_path / "kernel.py").write_text(op.task_files["reference.py"].read_text() + "\n\nkernel = reference\n")

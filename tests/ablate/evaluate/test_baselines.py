@@ -50,9 +50,9 @@ def test_a_change_to_the_code_that_draws_the_inputs_measures_the_baselines_again
     import shutil
     from pathlib import Path
 
-    import operators
+    from ablate import operators
     from ablate.evaluate._baselines import operator_hash
-    from operators import kernelbench
+    from ablate.operators import kernelbench
 
     data = Path(__file__).parents[2] / "operators" / "data" / "kernelbench"
     [op] = kernelbench.load(data, 1, ["3"])

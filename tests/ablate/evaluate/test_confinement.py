@@ -156,7 +156,7 @@ def test_from_inside_a_candidate_every_escape_fails(tmp_path, listener, mode, mo
 def test_hidden_shapes_and_the_wiki_do_not_leak_through_a_rejection(tmp_path):
     """The evaluate tool hands rejection details to the agent: a candidate judged on public
     shapes knows only the inputs it is called with."""
-    import operators
+    from ablate import operators
 
     hidden = [s for s in operators.get("rmsnorm").shape_set("eval") if s not in operators.get("rmsnorm").shape_set("public")]
     src = ("import os, sys\n"
@@ -169,7 +169,7 @@ def test_hidden_shapes_and_the_wiki_do_not_leak_through_a_rejection(tmp_path):
            "            if (f.endswith('.md') and 'knowledge' in d) or (f == '__init__.py' and d.endswith('rmsnorm')):\n"
            "                try:\n                    found.append(open(os.path.join(d, f)).read()[:300])\n"
            "                except OSError:\n                    pass\n"
-           "try:\n    import operators\n    found.insert(0, repr(operators.get('rmsnorm').shapes))\nexcept Exception as e:\n"
+           "try:\n    from ablate import operators\n    found.insert(0, repr(operators.get('rmsnorm').shapes))\nexcept Exception as e:\n"
            "    found.insert(0, 'no operators: ' + type(e).__name__)\n"
            "raise RuntimeError('LEAK ' + ' | '.join(found))\n"
            "def kernel(x, w):\n    return x\n")

@@ -107,7 +107,7 @@ def test_every_accepted_time_is_within_speed_of_light(judged):
     """sol_fraction <= 1 for the kernel and, through the floor, for every library it beat."""
     import torch
 
-    import operators
+    from ablate import operators
 
     r = judged("honest_triton", shapes="eval")
     assert r["verdict"] == "accepted", r["details"]

@@ -47,7 +47,7 @@ def test_library_passthrough_is_found_through_aliases(src):
 
 def test_calling_the_reference_is_a_passthrough():
     assert scan("from reference import reference\ndef kernel(x, w): return reference(x, w)") == ["reference"]
-    assert scan("import operators\ndef kernel(x, w): return x") == ["reference"]
+    assert scan("from ablate import operators\ndef kernel(x, w): return x") == ["reference"]
 
 
 def test_honest_sources_are_clean(kernels):

@@ -119,7 +119,7 @@ def test_another_process_on_the_gpu_is_said_not_rejected():
 def test_a_library_installed_but_not_loaded_is_flagged_on_the_row():
     """quack installed without the package holding `cutlass` raised cross-entropy's geomean from
     1.34x to 1.99x on the H200: the ratio was against the other libraries, and nothing said so."""
-    from operators._baselines import NOT_LOADED  # the reason missing() gives (tests/operators/test_baselines.py)
+    from ablate.operators._baselines import NOT_LOADED  # the reason missing() gives (tests/operators/test_baselines.py)
 
     r = row()
     r["baselines_skipped"] = {"quack": f"quack-kernels {NOT_LOADED}: No module named 'cutlass.cutlass_dsl'"}

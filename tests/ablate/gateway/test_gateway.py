@@ -13,7 +13,7 @@ from ablate.gateway import Gateway, Meter, _wire
 from ablate.gateway._replay import ReplayAgent
 from ablate.gateway._scripted import ScriptedAgent
 from ablate.models import Usage
-from harnesses import Budget
+from ablate.harnesses import Budget
 
 FREE = {"input": 0.0, "output": 0.0, "cache_read": 0.0, "cache_write": 0.0}
 PROMPT = ('Operator: rmsnorm\n\nNormalise rows.\nTarget: a machine without a GPU.\n'

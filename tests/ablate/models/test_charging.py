@@ -10,8 +10,8 @@ import pytest
 
 from ablate.models import CallCut, FailedAttempt, Message, ProviderOutage, Recorder, Response, Usage
 from ablate.models._replay import ReplayModel
-from harnesses._loop import run_loop
-from harnesses._task import Budget
+from ablate.harnesses._loop import run_loop
+from ablate.harnesses._task import Budget
 
 
 class Scripted:

@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 from ablate.gateway import Gateway, Meter, policy_for
-from harnesses import Budget
+from ablate.harnesses import Budget
 
 PRICE = {"input": 10.0, "output": 50.0, "cache_read": 0.25, "cache_write": 12.5}
 KEY = "sk-ant-held-outside"
@@ -233,11 +233,11 @@ def test_forwarding_needs_the_key_in_the_runners_environment(monkeypatch):
 def _clis():
     import os
 
-    from harnesses import agents
+    from ablate.harnesses import agents
 
     missing = [n for n in agents.PINNED if agents.installed(n) is None]
     if missing:
-        why = f"{', '.join(missing)} not installed; `python -m harnesses.agents install` installs them"
+        why = f"{', '.join(missing)} not installed; `python -m ablate.harnesses.agents install` installs them"
         if os.environ.get("ABLATE_REQUIRE_AGENTS") == "1":
             pytest.fail(why)
         pytest.skip(why)

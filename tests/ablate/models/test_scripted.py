@@ -299,7 +299,7 @@ def test_the_check_script_survives_a_dying_configuration_and_keeps_its_time(tmp_
     import subprocess
     import sys
 
-    import operators
+    from ablate import operators
 
     op = operators.get("rmsnorm")
     (tmp_path / "reference.py").write_bytes(op.task_files["reference.py"].read_bytes())
@@ -332,7 +332,7 @@ def test_the_check_script_survives_a_dying_configuration_and_keeps_its_time(tmp_
 
 
 def test_the_wiki_picks_the_first_configuration():
-    from harnesses.mechanisms import knowledge as kb
+    from ablate.harnesses.mechanisms import knowledge as kb
 
     source, configs = template("rmsnorm")
     hits = kb.search("rmsnorm starting configurations num warps", 5)
@@ -553,10 +553,10 @@ def test_kda05_end_to_end_every_mechanism_used_for_real(tmp_path):
     """The scripted policy under every mechanism, in the sandbox, with its real sweep (Triton's CPU
     interpreter), real measurements and profiles (the evaluate tool's evaluator stands in: the
     trusted evaluator is tested on its own)."""
-    import harnesses
-    import operators
+    from ablate import harnesses
+    from ablate import operators
     from ablate.sandbox import Workspace
-    from harnesses import Budget, Task
+    from ablate.harnesses import Budget, Task
 
     op = operators.get("rmsnorm")
     shapes = op.shape_set("smoke")
@@ -602,7 +602,7 @@ def test_the_published_study_plans_every_operator_with_a_template_and_a_seed(tmp
     from hydra import compose, initialize_config_dir
 
     import ablate.config  # noqa: F401 - registers the schemas
-    import operators
+    from ablate import operators
     from ablate import runner
     from ablate.models._scripted import SWEEP_MAX_S, _task
     from ablate.trial import task_for
