@@ -28,7 +28,7 @@ from typing import Any
 
 from ablate import harnesses
 from ablate.errors import AblateError
-from ablate.trial import TrialSpec
+from ablate.ablations._spec import TrialSpec
 
 SCOPES = ("multi_shape", "single_shape", "smoke")
 

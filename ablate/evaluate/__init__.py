@@ -66,6 +66,15 @@ directory), ABLATE_GPU_LOCK_DIR (where the GPUs' lock files are; default /tmp),
 ABLATE_EVAL_BASELINES=a,b (benchmarks: calibrate against and time these libraries only).
 """
 from ablate.evaluate._reasons import REASONS, VERSION
-from ablate.evaluate._supervisor import EvaluatorFailure, evaluate, shutdown
 
 __all__ = ["REASONS", "VERSION", "EvaluatorFailure", "evaluate", "shutdown"]
+
+
+def __getattr__(name: str):
+    """The supervisor's names, imported when first asked for: the judge, library and candidate
+    processes import this package for their own modules and never run the supervisor."""
+    if name in ("EvaluatorFailure", "evaluate", "shutdown"):
+        from ablate.evaluate import _supervisor
+
+        return getattr(_supervisor, name)
+    raise AttributeError(f"module 'ablate.evaluate' has no attribute {name!r}")

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from ablate.evaluate import _cache

@@ -20,14 +20,14 @@ from __future__ import annotations
 import gc
 import math
 import os
-import select
 import signal
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from ablate.evaluate import _baselines, _channel, _correctness, _verdicts
+from ablate.evaluate import _baselines, _channel, _correctness
+from ablate.evaluate._link import CandidateLink
 from ablate.evaluate._reasons import REASONS
 
 PER_SHAPE = ("bad_signature", "exception", "output_not_dense", "wrong_shape", "wrong_dtype", "wrong_device",
@@ -36,7 +36,6 @@ LARGE_BYTES = 2 << 30  # a shape moving more than this gets one draw per distrib
 # a call's bytes, times this, must fit the device: the judge's set, its float64 reference and
 # temporaries, its staged timing inputs and slot, the candidate's outputs
 NEEDS = 6
-VOID_SHARE = 0.25  # more of a shape's batches voided than this, on a GPU no other process uses: rejected
 
 
 def input_sets(draws: int) -> list[tuple[str, int]]:
@@ -83,7 +82,7 @@ def load_operator(name: str, node: dict | None):
     return operators.get(name)
 
 
-class Evaluation:
+class Evaluation(CandidateLink):
     def __init__(self, cfg: dict, control: _channel.Channel, source: str):
         self.cfg, self.control, self.source = cfg, control, source
         self.end: dict | None = None
@@ -175,191 +174,11 @@ class Evaluation:
         plan["calibration"] = out
         return {dist: c["verdicts"] for dist, c in out.items()}
 
-    # -- the candidate's messages ------------------------------------------------------------
-    def next_message(self, limit: float | None = None):
-        """The candidate's next message (msg, fds); None once it is gone (its socket closed, or
-        the supervisor reported its end and nothing more is queued), or after `limit` seconds."""
-        deadline = None if limit is None else time.monotonic() + limit
-        while True:
-            socks = ([] if self.cand_closed else [self.cand.sock]) + ([self.control.sock] if self.end is None else [])
-            if not socks or (self.cand_closed and limit is not None and time.monotonic() >= deadline):
-                return None
-            wait = 0.5 if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = select.select(socks, [], [], 0.0 if self.end is not None else wait)[0]
-            if self.control.sock in ready:
-                try:
-                    got = self.control.recv(0)
-                except (_channel.Closed, _channel.Malformed):
-                    got = ({"kind": "end", "returncode": None}, [])
-                if got and got[0].get("kind") == "end":
-                    self.end = got[0]
-                continue
-            if not self.cand_closed and self.cand.sock in ready:
-                try:
-                    got = self.cand.recv(0)
-                except _channel.Closed:
-                    self.cand_closed = True
-                    continue
-                except _channel.Malformed as e:
-                    self.forged.append(str(e))
-                    continue
-                if got is not None:
-                    return got
-            elif self.end is not None:
-                return None
-            if self.cand_closed and self.end is None and deadline is None:
-                return None  # the caller decides whether to wait for the end
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-
-    def expect(self, kinds: tuple[str, ...], shape: int | None = None):
-        """The next message of one of `kinds` (for `shape`); anything else is forged."""
-        while (got := self.next_message()) is not None:
-            msg, fds = got
-            if msg.get("kind") in kinds and (shape is None or msg.get("shape") == shape):
-                return msg, fds
-            _channel.close_all(fds)
-            self.forged.append(f"unexpected {str(msg.get('kind'))[:40]!r} message")
-        return None
-
-    # -- the peers ---------------------------------------------------------------------------
-    def receive(self, kinds: tuple[str, ...], limit: float | None = None):
-        """The candidate's next message of one of `kinds`: (msg, fds); None when it is gone, or
-        when `limit` seconds pass with none. A message of another kind breaks the protocol."""
-        deadline = None if limit is None else time.monotonic() + limit
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            got = self.next_message(left)
-            if got is None:
-                return None
-            msg, fds = got
-            if msg.get("kind") in kinds:
-                return msg, fds
-            _channel.close_all(fds)
-            self.forged.append(f"unexpected {str(msg.get('kind'))[:40]!r} message")
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-
-    def candidate_alive(self) -> bool:
-        if self.cand_closed or self.end is not None:
-            return False
-        if select.select([self.control.sock], [], [], 0)[0]:
-            try:
-                got = self.control.recv(0)
-            except (_channel.Closed, _channel.Malformed):
-                got = ({"kind": "end", "returncode": None}, [])
-            if got and got[0].get("kind") == "end":
-                self.end = got[0]
-                return False
-        return True
-
-    def candidate_peer(self):
-        from ablate.evaluate._shape import Peer
-
-        def send(kind, fds=(), **msg):
-            if self.cand_closed:
-                raise _channel.Closed("the candidate is gone")
-            self.cand.send(kind, fds=fds, **msg)
-
-        return Peer(send, self.receive, self.candidate_alive)
-
-    def clock_kernels(self):
-        if getattr(self, "_kernels", None) is None:
-            from ablate.evaluate._clock import Kernels
-
-            self._kernels = Kernels()
-        return self._kernels
-
-    def library(self):
-        """The judge's library process (_library), started on first use."""
-        if getattr(self, "_library", None) is None or self._library.proc.poll() is not None:
-            from ablate.evaluate._library import Library
-
-            self._library = Library(self.device)
-        return self._library
-
     # -- one shape ---------------------------------------------------------------------------
     def judge_shape(self, i: int, shape: dict, base: dict | None) -> tuple[dict | None, dict, set]:
-        """The row of shape i, its failures and the checks that ran. (None, ...) when the
-        candidate is gone before this shape."""
-        from ablate.evaluate._shape import Gone, ShapeJudge, batch_calls
+        from ablate.evaluate._shape import judge_shape
 
-        plan = self.plans[i]
-        row, fails, ran = self.row(shape, base), {}, set()
-        seconds = {"references": 0.0, "checking": 0.0}
-        worst, closest, closest_dist, checked = 0.0, None, None, 0
-        sets = plan["sets"]
-        sj = ShapeJudge(self, i, shape, self.candidate_peer())
-        try:
-            sample = self.input_set(shape, 0, references=False)[0]
-            count = batch_calls(self, shape, 1 << 20) if self.cfg["timing"] else 1
-            sj.open(count, sample)
-            del sample
-            for k in range(len(sets)):
-                t0 = time.perf_counter()
-                ins, refs, _ = self.input_set(shape, k)
-                seconds["references"] += time.perf_counter() - t0
-                dist, d = sets[k]
-                t0 = time.perf_counter()
-                got: dict = {}
-                j = sj.check_set(k, ins, refs, plan["envelopes"][dist], got, first=k == 0)
-                seconds["checking"] += time.perf_counter() - t0
-                fatal = got.pop("fatal", False)
-                for reason, text in got.items():
-                    fails.setdefault(reason, f"{dist} draw {d}: {text}")
-                if fatal:
-                    row["fatal"] = True
-                if j is None:
-                    break
-                err = j.max_abs
-                worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
-                if closest is None or not j.margin <= closest.margin:
-                    closest, closest_dist = j, dist
-                checked += 1
-                del ins, refs
-            complete = checked == len(sets)
-            if complete:
-                ran |= set(PER_SHAPE)
-            row["correct"] = complete and not fails.keys() & {"incorrect", "wrong_shape", "wrong_dtype", "exception",
-                                                             "crash", "oom", "output_not_dense", "protocol_violation"}
-            row["max_abs_error"] = finite(worst) if checked else None
-            row.update(_correctness.margin_row(closest, plan["calibration"][closest_dist]["envelope"] if closest else None))
-            if self.cfg["timing"] and row["correct"] and not fails.keys() & {"wrong_device", "bad_signature"}:
-                t0 = time.perf_counter()
-                timing = sj.time_gpu(fails) if self.device == "cuda" else sj.time_cpu(fails)
-                seconds["timing"] = time.perf_counter() - t0
-                if fails.pop("fatal", False):
-                    row["fatal"] = True
-                ran |= {"stale_output", "work_outside_window"}
-                if timing is not None:
-                    self.judge_time(row, shape, timing, fails, ran, sj)
-        except Gone as e:
-            if str(e).startswith("protocol"):
-                fails.setdefault("protocol_violation", str(e))
-                row["fatal"] = True
-            else:
-                return None, fails, ran
-        except _channel.Closed:
-            return None, fails, ran
-        finally:
-            sj.close()
-        row["flags"] = sorted(set(row.get("flags", [])) | set(sj.flags))
-        row["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
-        row["error"] = "; ".join(f"{k}: {v}" for k, v in fails.items()) or None
-        return row, fails, ran
-
-    def judge_time(self, row: dict, shape: dict, timing: dict, fails: dict, ran: set, sj) -> None:
-        from ablate.evaluate import _gpu
-
-        if sj.voided:
-            row["voided_batches"] = sj.voided[:5]
-        contention = _gpu.contention(self.ceilings) if self.device == "cuda" else None
-        if timing.get("voided") and timing["voided"] > VOID_SHARE * timing["batches"] and not contention:
-            fails.setdefault("work_outside_window", f"{timing['voided']} of {timing['batches']} batches saw the "
-                                                    "candidate's work outside them: " + "; ".join(sj.voided[:3]))
-        _verdicts.judge_time(row, shape, timing, fails, ran, op=self.op, device=self.device, ceilings=self.ceilings,
-                             l2_bytes=self.info.get("l2_bytes"), written=_correctness.output_bytes(sj.exp),
-                             contention=contention)
+        return judge_shape(self, i, shape, base)
 
     def row(self, shape: dict, base: dict | None) -> dict:
         base = base or {"ms": {}, "skipped": {}}

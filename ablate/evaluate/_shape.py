@@ -26,44 +26,15 @@ import math
 import os
 import time
 
-from ablate.evaluate import _channel, _correctness, _exchange
+from ablate.evaluate import _channel, _correctness, _exchange, _verdicts
+from ablate.evaluate._batches import GpuTiming
 from ablate.evaluate._reasons import REASONS
 
-TARGET_BATCH_MS = 8.0  # a batch's calls add up to about this (the protocol's own cost is ~10 us a batch)
-BUDGET_MS = 100.0  # timed calls per shape, in all
-MIN_BATCHES, MAX_BATCHES = 3, 40
-MAX_WALL_S = 20.0  # one shape's timing, whatever the kernel's speed
 DRAWS_PER_BATCH = 2  # calls of each batch checked against their own reference
-WITNESS_NS = 5_000_000  # twice a time slice (2.4 ms on an H200: benchmarks/results/h200-judge-clock)
-GAP_NS = 20_000  # a gap in a witness longer than this is another context's turn on the device
-FILL_SLACK = 1.5  # a copy into the slots this much slower than the setup's (plus FILL_SLACK_NS): contended
-FILL_SLACK_NS = 50_000
-QUEUE_WAIT_S = 5.0  # the peer's "called" for a gated batch, before the gate opens anyway
 SLOT_MEMORY = 0.3  # of the device's memory: the slots, the judge's staged inputs and the peer's outputs
 CPU_CALLS = 3
+VOID_SHARE = 0.25  # more of a shape's batches voided than this, on a GPU no other process uses: rejected
 MAX_CALLS = 512  # a batch's calls, at most (each queued launch waits in the driver's queue until the gate opens)
-VOID_LIMIT = 0.5  # more than this share of a shape's batches voided: the candidate's own work, unless the GPU is shared
-
-
-def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool) -> tuple[float, str | None, float]:
-    """From a batch's stamps and witnesses (the judge's words: 0 and 1 around the copy into the
-    slots, 2 the gate's opening, 3 the end, witnesses at 16, 24 and 32): (window in ms, why the
-    batch is void or None, the copy's nanoseconds a call). fill_ns: that copy in the shape's first
-    batch (None: this is it)."""
-    from ablate.evaluate._clock import gaps
-
-    window = (words[3] - words[2]) / 1e6
-    fill = (words[1] - words[0]) / n  # per call: batches differ in size
-    if fill_ns is not None and fill > fill_ns * FILL_SLACK + FILL_SLACK_NS / n:
-        return window, f"the inputs took {fill / 1e3:.1f} us a call to copy in, {fill_ns / 1e3:.1f} us the first time", fill
-    for name, at in (("before the start", 16), ("after the end", 24), ("after the check", 32)):
-        g = gaps(words[at:at + 5])
-        if g["gaps"]:
-            return window, (f"another context ran {g['gap_ns'] / 1e3:.0f} us {name} (longest "
-                            f"{g['longest_gap_ns'] / 1e3:.0f} us)"), fill
-    if not queued:
-        return window, "the calls were not all queued before the gate opened", fill
-    return window, None, fill
 
 
 class Gone(Exception):
@@ -88,7 +59,7 @@ def batch_calls(ev, shape: dict, n: int) -> int:
     return max(1, min(n, MAX_CALLS, int(SLOT_MEMORY * total // (2 * moved))))
 
 
-class ShapeJudge:
+class ShapeJudge(GpuTiming):
     def __init__(self, ev, i: int, shape: dict, peer: Peer):
         self.ev, self.i, self.shape, self.peer = ev, i, shape, peer
         self.torch = ev.torch
@@ -320,120 +291,88 @@ class ShapeJudge:
                 return False
         return True
 
-    def time_gpu(self, fails: dict) -> dict | None:
-        """Batches on the judge's clock until BUDGET_MS of calls are timed (see the docstring). The
-        first clean batch (two calls) is a warm-up that sizes the rest; it is not counted."""
-        start_wall = time.monotonic()
-        per_call, est, b, timed_ms = [], None, 0, 0.0
-        self.fill_ns, self.max_n = None, self.slots.count
-        while True:
-            b += 1
-            n = min(2, self.max_n) if est is None else \
-                max(1, min(self.max_n, math.ceil(TARGET_BATCH_MS / max(est, 1e-4))))
-            got = self.gpu_batch(b, n, fails, est)
-            if got is None:
-                return None
-            window_ms, why = got
-            if why is not None:
-                self.voided.append(f"batch {b}: {why}")
-            elif est is None:
-                est = window_ms / n
-            else:
-                per_call.append(window_ms / n)
-                timed_ms += window_ms
-            if (len(per_call) >= MIN_BATCHES and timed_ms >= BUDGET_MS) or b >= MAX_BATCHES \
-                    or time.monotonic() - start_wall > MAX_WALL_S:
-                break
-        if not per_call:
-            fails.setdefault("work_outside_window", "no batch of calls could be timed cleanly: "
-                                                    + "; ".join(self.voided[:3]))
-            return None
-        s = sorted(per_call)
-        q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
-        mid = len(s) // 2
-        med = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-        return {"median": med, "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": med, "batches": b,
-                "voided": len(self.voided), "calls_per_batch": n}
-
-    def gpu_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
-        """One gated batch of n calls: (window ms, why it is void or None), or None when the kernel
-        failed (fails says why). Everything after the peer's calls are queued is queued on the
-        judge's stream at once; the host only waits for it."""
-        from ablate.evaluate import _cuda
-
-        torch, k, w, st = self.torch, self.kernels, self.words, self.stream
-        ptr = w.data_ptr()
-        staged = [self.timed_inputs(b, j) for j in range(n)]
-        torch.cuda.synchronize()
-        self.peer.send("call", shape=self.i, batch=b, gated=True, check=False, first=b == 1, calls=self.call_msg(range(n)))
-        msg = self.receive_called(b, QUEUE_WAIT_S)
-        queued = msg is not None
-        drawn = sorted(set(self.draw(n))) if queued else []
-        # the start: the inputs into the slots, a witness, the gate
-        k.stamp(st, ptr + 0)
-        views = [self.slots.place(j, ins, self.entry_plan) for j, (ins, _) in enumerate(staged)]
-        k.stamp(st, ptr + 8)
-        k.witness(st, ptr + 16 * 8, WITNESS_NS, GAP_NS)
-        k.open(st, ptr + 2 * 8, self.slots.gate_ptr, b)
-        # the end: the judge's stream waits for the peer's marker, stamps, watches, copies out the
-        # drawn calls, watches again
-        _cuda.wait_value(st, self.slots.marker_ptr, b)
-        k.stamp(st, ptr + 3 * 8)
-        k.witness(st, ptr + 24 * 8, WITNESS_NS, GAP_NS)
-        snap = {}
-        try:
-            for j in drawn:
-                rep = msg["calls"][j] if j < len(msg["calls"]) else {"reason": "missing"}
-                outs = None if rep.get("reason") else self.outputs(rep)
-                snap[j] = (outs, [v.clone() if isinstance(v, torch.Tensor) else v for v in views[j]])
-        except (_exchange.Malformed, IndexError, TypeError) as e:
-            self._release(b)
-            raise Gone(f"protocol: {e}") from None
-        k.stamp(st, ptr + 4 * 8)
-        k.witness(st, ptr + 32 * 8, WITNESS_NS, GAP_NS)
-        done = torch.cuda.Event()
-        done.record()
-        limit = max(30.0, 0.02 * n * (est_ms or 10.0))
-        deadline = time.monotonic() + limit
-        while not done.query():
-            if time.monotonic() > deadline:
-                self._release(b)
-                fails.setdefault("timeout", f"a batch of {n} calls did not end within {limit:.0f} s")
-                fails["fatal"] = True
-                return None
-            if not self.peer.alive():
-                self._release(b)
-                raise Gone("the peer ended during a batch")
-            time.sleep(0.0005)
-        words = w.cpu().tolist()
-        if msg is None:
-            msg = self.receive_called(b, QUEUE_WAIT_S)
-            if msg is None:
-                raise Gone("the peer did not report its batch")
-        self.failures_of(msg, fails, "during timing: ")
-        if any(c.get("reason") for c in msg["calls"]) or len(msg["calls"]) < n:
-            self.check_timed(msg, staged, [], fails)
-            return None
-        if any(snap[j][0] is None for j in drawn):
-            fails.setdefault("protocol_violation", "a timed call's outputs were not described")
-            return None
-        if not self.check_timed(msg, staged, drawn, fails, snap):
-            return None
-        window, why, fill = batch_verdict(words, n, self.fill_ns, queued)
-        if self.fill_ns is None:
-            self.fill_ns = fill
-        if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
-            self.max_n = max(1, n // 4)
-        return window, why
-
-    def _release(self, b: int) -> None:
-        """Set the marker from the host (a stream of its own), so the judge's stream waiting on it
-        goes on: the batch failed and its wait must not hold the device."""
-        side = self.torch.cuda.Stream()
-        with self.torch.cuda.stream(side):
-            self.slots.raw[_exchange.MARKER:_exchange.MARKER + 4].view(self.torch.int32).fill_(b)
-        side.synchronize()
-        self.torch.cuda.synchronize()
-
     def draw(self, n: int) -> list[int]:
         return [int.from_bytes(os.urandom(4), "little") % n for _ in range(min(n, self.draws_per_batch))]
+
+
+def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None, dict, set]:
+    """The row of shape i (ev: the judge's Evaluation), its failures and the checks that ran.
+    (None, ...) when the candidate is gone before this shape."""
+    from ablate.evaluate._judge import PER_SHAPE, finite
+
+    plan = ev.plans[i]
+    row, fails, ran = ev.row(shape, base), {}, set()
+    seconds = {"references": 0.0, "checking": 0.0}
+    worst, closest, closest_dist, checked = 0.0, None, None, 0
+    sets = plan["sets"]
+    sj = ShapeJudge(ev, i, shape, ev.candidate_peer())
+    try:
+        sample = ev.input_set(shape, 0, references=False)[0]
+        count = batch_calls(ev, shape, 1 << 20) if ev.cfg["timing"] else 1
+        sj.open(count, sample)
+        del sample
+        for k in range(len(sets)):
+            t0 = time.perf_counter()
+            ins, refs, _ = ev.input_set(shape, k)
+            seconds["references"] += time.perf_counter() - t0
+            dist, d = sets[k]
+            t0 = time.perf_counter()
+            got: dict = {}
+            j = sj.check_set(k, ins, refs, plan["envelopes"][dist], got, first=k == 0)
+            seconds["checking"] += time.perf_counter() - t0
+            fatal = got.pop("fatal", False)
+            for reason, text in got.items():
+                fails.setdefault(reason, f"{dist} draw {d}: {text}")
+            if fatal:
+                row["fatal"] = True
+            if j is None:
+                break
+            err = j.max_abs
+            worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
+            if closest is None or not j.margin <= closest.margin:
+                closest, closest_dist = j, dist
+            checked += 1
+            del ins, refs
+        complete = checked == len(sets)
+        if complete:
+            ran |= set(PER_SHAPE)
+        row["correct"] = complete and not fails.keys() & {"incorrect", "wrong_shape", "wrong_dtype", "exception",
+                                                         "crash", "oom", "output_not_dense", "protocol_violation"}
+        row["max_abs_error"] = finite(worst) if checked else None
+        row.update(_correctness.margin_row(closest, plan["calibration"][closest_dist]["envelope"] if closest else None))
+        if ev.cfg["timing"] and row["correct"] and not fails.keys() & {"wrong_device", "bad_signature"}:
+            t0 = time.perf_counter()
+            timing = sj.time_gpu(fails) if ev.device == "cuda" else sj.time_cpu(fails)
+            seconds["timing"] = time.perf_counter() - t0
+            if fails.pop("fatal", False):
+                row["fatal"] = True
+            ran |= {"stale_output", "work_outside_window"}
+            if timing is not None:
+                judge_time(ev, row, shape, timing, fails, ran, sj)
+    except Gone as e:
+        if str(e).startswith("protocol"):
+            fails.setdefault("protocol_violation", str(e))
+            row["fatal"] = True
+        else:
+            return None, fails, ran
+    except _channel.Closed:
+        return None, fails, ran
+    finally:
+        sj.close()
+    row["flags"] = sorted(set(row.get("flags", [])) | set(sj.flags))
+    row["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
+    row["error"] = "; ".join(f"{k}: {v}" for k, v in fails.items()) or None
+    return row, fails, ran
+
+def judge_time(ev, row: dict, shape: dict, timing: dict, fails: dict, ran: set, sj) -> None:
+    from ablate.evaluate import _gpu
+
+    if sj.voided:
+        row["voided_batches"] = sj.voided[:5]
+    contention = _gpu.contention(ev.ceilings) if ev.device == "cuda" else None
+    if timing.get("voided") and timing["voided"] > VOID_SHARE * timing["batches"] and not contention:
+        fails.setdefault("work_outside_window", f"{timing['voided']} of {timing['batches']} batches saw the "
+                                                "candidate's work outside them: " + "; ".join(sj.voided[:3]))
+    _verdicts.judge_time(row, shape, timing, fails, ran, op=ev.op, device=ev.device, ceilings=ev.ceilings,
+                         l2_bytes=ev.info.get("l2_bytes"), written=_correctness.output_bytes(sj.exp),
+                         contention=contention)

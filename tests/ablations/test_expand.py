@@ -119,7 +119,7 @@ def test_match_key_holds_what_could_change_a_result(tmp_path, monkeypatch):
     f = a.match_fields
     assert f["shape_lists"]["eval"] and f["shape_lists"]["public"]  # the shapes themselves, not only their set's name
     assert set(f["task"]) == {"goal", "prompt", "files"} and "reference.py" in f["task"]["files"]
-    assert f["evaluator_version"] == str(getattr(ablate.evaluate, "VERSION", "1"))
+    assert f["evaluator_version"] == ablate.evaluate._reasons.VERSION
     kernel = tmp_path / "theirs.py"
     kernel.write_text("def kernel(x, w): ...\n")
     for ext in ({"theirs": str(kernel)}, {"rmsnorm": {"theirs": str(kernel)}}):  # flat and per operator
@@ -133,7 +133,7 @@ def test_match_key_holds_what_could_change_a_result(tmp_path, monkeypatch):
     assert expand(c)[0].match_key != a.match_key
     c["sandbox"] = {"bwrap": "/opt/bwrap"}  # where the binary is installed is no limit
     assert expand(c)[0].match_key == a.match_key
-    monkeypatch.setattr(ablate.evaluate, "VERSION", "999", raising=False)
+    monkeypatch.setattr(ablate.evaluate._reasons, "VERSION", "999")
     assert expand(cfg())[0].match_key != a.match_key
 
 

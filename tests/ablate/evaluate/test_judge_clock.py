@@ -150,7 +150,7 @@ def _words(window_ns=8_000_000, fill_ns=100_000, gap_at=None):
 
 
 def test_a_clean_batch_counts_its_window_over_its_calls():
-    from ablate.evaluate._shape import batch_verdict
+    from ablate.evaluate._batches import batch_verdict
 
     window, why, fill = batch_verdict(_words(), 10, None, queued=True)
     assert (window, why, fill) == (8.0, None, 10_000)
@@ -160,7 +160,7 @@ def test_a_clean_batch_counts_its_window_over_its_calls():
 def test_a_batch_is_void_when_a_witness_saw_another_context(at, where):
     """Work started on the inputs before the gate opened, or left running past the marker, took a
     time slice from the judge's witness: the batch does not count."""
-    from ablate.evaluate._shape import batch_verdict
+    from ablate.evaluate._batches import batch_verdict
 
     _, why, _ = batch_verdict(_words(gap_at=at), 10, 10_000, queued=True)
     assert why and where in why and "2400 us" in why
@@ -168,7 +168,7 @@ def test_a_batch_is_void_when_a_witness_saw_another_context(at, where):
 
 def test_a_batch_is_void_when_its_inputs_took_far_longer_to_copy_in_than_at_first():
     """Another context running while the judge copied the inputs in: precomputation would hide there."""
-    from ablate.evaluate._shape import FILL_SLACK, batch_verdict
+    from ablate.evaluate._batches import FILL_SLACK, batch_verdict
 
     assert batch_verdict(_words(fill_ns=120_000), 10, 10_000, queued=True)[1] is None  # within the slack
     slow = int(10 * (10_000 * FILL_SLACK + 10_000))
@@ -176,7 +176,7 @@ def test_a_batch_is_void_when_its_inputs_took_far_longer_to_copy_in_than_at_firs
 
 
 def test_a_batch_whose_calls_were_not_queued_before_the_gate_is_void():
-    from ablate.evaluate._shape import batch_verdict
+    from ablate.evaluate._batches import batch_verdict
 
     assert "not all queued" in batch_verdict(_words(), 10, 10_000, queued=False)[1]
 
@@ -185,7 +185,7 @@ def test_the_witness_is_longer_than_two_time_slices_as_measured():
     import json
     from pathlib import Path
 
-    from ablate.evaluate import _shape
+    from ablate.evaluate import _batches as _shape
 
     measured = json.loads((Path(__file__).parents[3] / "benchmarks" / "results" / "h200-judge-clock" /
                            "primitives.json").read_text())["slices"]

@@ -1,0 +1,166 @@
+"""A shape's time on a GPU, by the judge's clock: batches of calls the candidate queues behind a
+gate word, stamped and watched on the judge's own stream (see _shape's docstring for the whole
+protocol and _clock for the kernels). ShapeJudge takes its GPU timing from GpuTiming."""
+from __future__ import annotations
+
+import math
+import time
+
+from ablate.evaluate import _exchange
+
+TARGET_BATCH_MS = 8.0  # a batch's calls add up to about this (the protocol's own cost is ~10 us a batch)
+BUDGET_MS = 100.0  # timed calls per shape, in all
+MIN_BATCHES, MAX_BATCHES = 3, 40
+MAX_WALL_S = 20.0  # one shape's timing, whatever the kernel's speed
+WITNESS_NS = 5_000_000  # twice a time slice (2.4 ms on an H200: benchmarks/results/h200-judge-clock)
+GAP_NS = 20_000  # a gap in a witness longer than this is another context's turn on the device
+FILL_SLACK = 1.5  # a copy into the slots this much slower than the setup's (plus FILL_SLACK_NS): contended
+FILL_SLACK_NS = 50_000
+QUEUE_WAIT_S = 5.0  # the peer's "called" for a gated batch, before the gate opens anyway
+
+
+def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool) -> tuple[float, str | None, float]:
+    """From a batch's stamps and witnesses (the judge's words: 0 and 1 around the copy into the
+    slots, 2 the gate's opening, 3 the end, witnesses at 16, 24 and 32): (window in ms, why the
+    batch is void or None, the copy's nanoseconds a call). fill_ns: that copy in the shape's first
+    batch (None: this is it)."""
+    from ablate.evaluate._clock import gaps
+
+    window = (words[3] - words[2]) / 1e6
+    fill = (words[1] - words[0]) / n  # per call: batches differ in size
+    if fill_ns is not None and fill > fill_ns * FILL_SLACK + FILL_SLACK_NS / n:
+        return window, f"the inputs took {fill / 1e3:.1f} us a call to copy in, {fill_ns / 1e3:.1f} us the first time", fill
+    for name, at in (("before the start", 16), ("after the end", 24), ("after the check", 32)):
+        g = gaps(words[at:at + 5])
+        if g["gaps"]:
+            return window, (f"another context ran {g['gap_ns'] / 1e3:.0f} us {name} (longest "
+                            f"{g['longest_gap_ns'] / 1e3:.0f} us)"), fill
+    if not queued:
+        return window, "the calls were not all queued before the gate opened", fill
+    return window, None, fill
+
+
+class GpuTiming:
+    """ShapeJudge's GPU timing (it supplies peer, slots, kernels, words, stream, call_msg,
+    receive_called, outputs, check_timed, failures_of, timed_inputs and draw)."""
+
+    def time_gpu(self, fails: dict) -> dict | None:
+        """Batches on the judge's clock until BUDGET_MS of calls are timed (see the docstring). The
+        first clean batch (two calls) is a warm-up that sizes the rest; it is not counted."""
+        start_wall = time.monotonic()
+        per_call, est, b, timed_ms = [], None, 0, 0.0
+        self.fill_ns, self.max_n = None, self.slots.count
+        while True:
+            b += 1
+            n = min(2, self.max_n) if est is None else \
+                max(1, min(self.max_n, math.ceil(TARGET_BATCH_MS / max(est, 1e-4))))
+            got = self.gpu_batch(b, n, fails, est)
+            if got is None:
+                return None
+            window_ms, why = got
+            if why is not None:
+                self.voided.append(f"batch {b}: {why}")
+            elif est is None:
+                est = window_ms / n
+            else:
+                per_call.append(window_ms / n)
+                timed_ms += window_ms
+            if (len(per_call) >= MIN_BATCHES and timed_ms >= BUDGET_MS) or b >= MAX_BATCHES \
+                    or time.monotonic() - start_wall > MAX_WALL_S:
+                break
+        if not per_call:
+            fails.setdefault("work_outside_window", "no batch of calls could be timed cleanly: "
+                                                    + "; ".join(self.voided[:3]))
+            return None
+        s = sorted(per_call)
+        q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
+        mid = len(s) // 2
+        med = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+        return {"median": med, "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": med, "batches": b,
+                "voided": len(self.voided), "calls_per_batch": n}
+
+    def gpu_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
+        """One gated batch of n calls: (window ms, why it is void or None), or None when the kernel
+        failed (fails says why). Everything after the peer's calls are queued is queued on the
+        judge's stream at once; the host only waits for it."""
+        from ablate.evaluate import _cuda
+
+        torch, k, w, st = self.torch, self.kernels, self.words, self.stream
+        ptr = w.data_ptr()
+        staged = [self.timed_inputs(b, j) for j in range(n)]
+        torch.cuda.synchronize()
+        self.peer.send("call", shape=self.i, batch=b, gated=True, check=False, first=b == 1, calls=self.call_msg(range(n)))
+        msg = self.receive_called(b, QUEUE_WAIT_S)
+        queued = msg is not None
+        drawn = sorted(set(self.draw(n))) if queued else []
+        # the start: the inputs into the slots, a witness, the gate
+        k.stamp(st, ptr + 0)
+        views = [self.slots.place(j, ins, self.entry_plan) for j, (ins, _) in enumerate(staged)]
+        k.stamp(st, ptr + 8)
+        k.witness(st, ptr + 16 * 8, WITNESS_NS, GAP_NS)
+        k.open(st, ptr + 2 * 8, self.slots.gate_ptr, b)
+        # the end: the judge's stream waits for the peer's marker, stamps, watches, copies out the
+        # drawn calls, watches again
+        _cuda.wait_value(st, self.slots.marker_ptr, b)
+        k.stamp(st, ptr + 3 * 8)
+        k.witness(st, ptr + 24 * 8, WITNESS_NS, GAP_NS)
+        snap = {}
+        try:
+            for j in drawn:
+                rep = msg["calls"][j] if j < len(msg["calls"]) else {"reason": "missing"}
+                outs = None if rep.get("reason") else self.outputs(rep)
+                snap[j] = (outs, [v.clone() if isinstance(v, torch.Tensor) else v for v in views[j]])
+        except (_exchange.Malformed, IndexError, TypeError) as e:
+            self._release(b)
+            raise _gone(f"protocol: {e}") from None
+        k.stamp(st, ptr + 4 * 8)
+        k.witness(st, ptr + 32 * 8, WITNESS_NS, GAP_NS)
+        done = torch.cuda.Event()
+        done.record()
+        limit = max(30.0, 0.02 * n * (est_ms or 10.0))
+        deadline = time.monotonic() + limit
+        while not done.query():
+            if time.monotonic() > deadline:
+                self._release(b)
+                fails.setdefault("timeout", f"a batch of {n} calls did not end within {limit:.0f} s")
+                fails["fatal"] = True
+                return None
+            if not self.peer.alive():
+                self._release(b)
+                raise _gone("the peer ended during a batch")
+            time.sleep(0.0005)
+        words = w.cpu().tolist()
+        if msg is None:
+            msg = self.receive_called(b, QUEUE_WAIT_S)
+            if msg is None:
+                raise _gone("the peer did not report its batch")
+        self.failures_of(msg, fails, "during timing: ")
+        if any(c.get("reason") for c in msg["calls"]) or len(msg["calls"]) < n:
+            self.check_timed(msg, staged, [], fails)
+            return None
+        if any(snap[j][0] is None for j in drawn):
+            fails.setdefault("protocol_violation", "a timed call's outputs were not described")
+            return None
+        if not self.check_timed(msg, staged, drawn, fails, snap):
+            return None
+        window, why, fill = batch_verdict(words, n, self.fill_ns, queued)
+        if self.fill_ns is None:
+            self.fill_ns = fill
+        if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
+            self.max_n = max(1, n // 4)
+        return window, why
+
+    def _release(self, b: int) -> None:
+        """Set the marker from the host (a stream of its own), so the judge's stream waiting on it
+        goes on: the batch failed and its wait must not hold the device."""
+        side = self.torch.cuda.Stream()
+        with self.torch.cuda.stream(side):
+            self.slots.raw[_exchange.MARKER:_exchange.MARKER + 4].view(self.torch.int32).fill_(b)
+        side.synchronize()
+        self.torch.cuda.synchronize()
+
+
+def _gone(why: str):
+    from ablate.evaluate._shape import Gone
+
+    return Gone(why)
