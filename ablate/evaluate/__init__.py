@@ -8,11 +8,12 @@
 The submission is hostile until proven otherwise, and nothing its process says is evidence: its
 time comes from the judge's clock and its outputs from the judge's own reads of the memory it
 wrote them into. Four processes:
-  supervisor (_supervisor, _servers; the caller's process): reads the file safely (a regular file,
-      no links, at most 1 MiB), scans it (_static); hands the request to a warm judge; starts the
-      candidate once the judge is ready and hands the candidate's socket to the judge; enforces
-      the time and memory limits, kills on a hang, and watches the candidate's process tree for
-      helper processes. It imports no torch and runs no submitted code.
+  supervisor (_supervisor, _servers, _kit; the caller's process): reads the file safely (a
+      regular file, no links, at most 1 MiB), scans it (_static); hands the request to a warm
+      judge; starts the candidate once the judge is ready and hands the candidate's socket to
+      the judge; enforces the time and memory limits, kills on a hang, and watches the
+      candidate's process tree for helper processes. It imports no torch and runs no submitted
+      code.
   judge (_judge, _shape, _exchange, _clock, with _correctness, _baselines, _verdicts): measures
       the GPU's ceilings and calibrates the correctness envelopes before any submitted code runs;
       draws every input set from a fresh seed and computes its reference in float64; writes each

@@ -260,8 +260,8 @@ class Evaluation(CandidateLink):
 
     def entry(self, handover: dict) -> dict:
         """The operator's entry, with the files it names written into the evaluation directory (new
-        files, never through a link: _servers.write_new)."""
-        from ablate.evaluate._servers import write_new
+        files, never through a link: _kit.write_new)."""
+        from ablate.evaluate._kit import write_new
 
         entry = dict(self.op.entry or {"kind": "function", "name": "kernel"})
         if entry.get("kind") == "kernelbench":

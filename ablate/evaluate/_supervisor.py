@@ -18,9 +18,10 @@ from pathlib import Path
 
 from ablate import operators
 from ablate.errors import AblateError
-from ablate.evaluate import _channel, _servers, _static
+from ablate.evaluate import _channel, _kit, _servers, _static
 from ablate.evaluate._reasons import REASONS, VERSION
-from ablate.evaluate._servers import EvaluatorFailure, shutdown
+from ablate.evaluate._kit import EvaluatorFailure
+from ablate.evaluate._servers import shutdown
 
 DEFAULT_TIMEOUT_S = {"cpu": 60.0, "cuda": 600.0}  # the candidate's run, from the moment the judge is ready
 JUDGE_TIMEOUT_S = 3600.0  # ceilings and baselines on a cold cache (torch.compile) can take minutes
@@ -134,7 +135,7 @@ def evaluate(operator: str, submission: str | Path, shapes: str = "eval", seed: 
 
 def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progress=None) -> dict:
     key = (req["device"], os.environ.get("CUDA_VISIBLE_DEVICES"))
-    conf = _servers.confinement()
+    conf = _kit.confinement()
     judge = _servers.JUDGES.acquire(key)
     cand = _servers.SPARES.take(key, req["device"])  # importing torch already, or from now, beside the judge
     judge_ok, phases = False, {}
@@ -156,7 +157,7 @@ def _run(data: bytes, base: dict, req: dict, timeout_s, memory_limit_gb, progres
         if conf.note:
             base["sandbox_note"] = conf.note
         judge.send("candidate", fds=[cand.judge_end.fileno()], inner=cand.inner, work=str(cand.work),
-                   kit=f"{_servers.INNER_ROOT}/kit" if cand.sandbox == "bwrap" else str(_servers.kit()))
+                   kit=f"{_kit.INNER_ROOT}/kit" if cand.sandbox == "bwrap" else str(_kit.kit()))
         cand.judge_end.close()
         cand.judge_end = None
         if dev == "cpu":  # no device timing to disturb: the next candidate starts now, beside this one

@@ -223,10 +223,10 @@ def test_bad_files_get_a_verdict_at_once_and_nothing_waits_on_them(tmp_path, ker
 
 
 def test_an_unconfined_evaluation_is_recorded_and_warned(monkeypatch, kernels, capsys):
-    from ablate.evaluate import _servers
+    from ablate.evaluate import _kit, _servers
 
     monkeypatch.setenv("ABLATE_EVAL_SANDBOX", "none")
-    monkeypatch.setattr(_servers, "_CONFINEMENT", [])
+    monkeypatch.setattr(_kit, "_CONFINEMENT", [])
     _servers.SPARES.close()
     try:
         r = evaluate("rmsnorm", kernels / "honest_torch.py", shapes="smoke", draws=1)
@@ -234,7 +234,7 @@ def test_an_unconfined_evaluation_is_recorded_and_warned(monkeypatch, kernels, c
         assert "candidates run unconfined" in capsys.readouterr().err
     finally:
         monkeypatch.delenv("ABLATE_EVAL_SANDBOX")
-        _servers._CONFINEMENT.clear()
+        _kit._CONFINEMENT.clear()
         _servers.SPARES.close()
 
 

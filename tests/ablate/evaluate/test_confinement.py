@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.evaluate import _servers, evaluate
+from ablate.evaluate import _kit, _servers, evaluate
 from ablate.sandbox import _bwrap
 
 CHECKOUT = Path(__file__).resolve().parents[3]  # this checkout, wherever it is
@@ -84,7 +84,7 @@ def listener():
 
 @pytest.fixture(params=["root", "userns"])
 def mode(request, monkeypatch, tmp_path):
-    conf = _servers.confinement()
+    conf = _kit.confinement()
     if not conf.mode:
         pytest.skip(f"bubblewrap cannot run here: {conf.note}")
     if request.param == "root" and conf.mode != "root":
@@ -95,9 +95,9 @@ def mode(request, monkeypatch, tmp_path):
         err = _bwrap.self_test(conf.binary, probe_dir, "userns", -1)
         if err:
             pytest.skip(f"user namespaces do not run here: {err}")
-        forced = object.__new__(_servers.Confinement)
+        forced = object.__new__(_kit.Confinement)
         forced.binary, forced.mode, forced.note = conf.binary, "userns", ""
-        monkeypatch.setattr(_servers, "_CONFINEMENT", [forced])
+        monkeypatch.setattr(_kit, "_CONFINEMENT", [forced])
         _servers.SPARES.close()  # candidates started under the other mode
         yield "userns"
         _servers.SPARES.close()

@@ -28,9 +28,9 @@ def _places() -> list[tuple[Path, int]]:
 
 
 def _owned_by_a_candidate() -> list[str]:
-    from ablate.evaluate import _servers
+    from ablate.evaluate import _kit
 
-    uids, found = set(_servers.EVAL_UIDS), []
+    uids, found = set(_kit.EVAL_UIDS), []
     for top, depth in _places():
         if not top.is_dir():
             continue
@@ -114,7 +114,7 @@ def test_a_kernel_that_writes_to_host_paths_of_its_choice_leaves_nothing_there(t
 
 
 def test_the_session_check_finds_a_file_a_candidate_uid_left(monkeypatch, tmp_path):
-    from ablate.evaluate import _servers
+    from ablate.evaluate import _kit
 
     if os.geteuid() != 0:
         pytest.skip("only a root runner gives candidates uids of their own")
@@ -122,7 +122,7 @@ def test_the_session_check_finds_a_file_a_candidate_uid_left(monkeypatch, tmp_pa
     left.write_text("left behind")
     try:
         os.chown(left, 234_567, 234_567)
-        monkeypatch.setattr(_servers, "EVAL_UIDS", {234_567})
+        monkeypatch.setattr(_kit, "EVAL_UIDS", {234_567})
         assert str(left) in _owned_by_a_candidate()
     finally:
         left.unlink()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.evaluate import _servers, evaluate
+from ablate.evaluate import _kit, _servers, evaluate
 
 HONEST = '''
 def kernel(x, weight):
@@ -143,16 +143,16 @@ def test_the_root_side_never_writes_through_a_link_nor_into_a_directory_not_its_
     outside.write_text("untouched")
     (root / "e" / "submission" / "kernel.py").symlink_to(outside)
     with pytest.raises(FileExistsError):  # created new, never opened through what is there
-        _servers.write_new(root, ("e", "submission", "kernel.py"), b"x")
+        _kit.write_new(root, ("e", "submission", "kernel.py"), b"x")
     (root / "e" / "linked").symlink_to(root / "e" / "submission")
     with pytest.raises(OSError):  # a directory on the way that is a link
-        _servers.write_new(root, ("e", "linked", "fresh.py"), b"x")
+        _kit.write_new(root, ("e", "linked", "fresh.py"), b"x")
     (root / "e" / "open").mkdir()
     (root / "e" / "open").chmod(0o777)
-    with pytest.raises(_servers.EvaluatorFailure, match="not ours alone"):
-        _servers.write_new(root, ("e", "open", "fresh.py"), b"x")
+    with pytest.raises(_kit.EvaluatorFailure, match="not ours alone"):
+        _kit.write_new(root, ("e", "open", "fresh.py"), b"x")
     assert outside.read_text() == "untouched" and not (root / "e" / "open" / "fresh.py").exists()
-    _servers.write_new(root, ("e", "submission", "new.py"), b"ok")
+    _kit.write_new(root, ("e", "submission", "new.py"), b"ok")
     assert (root / "e" / "submission" / "new.py").read_bytes() == b"ok"
 
 
