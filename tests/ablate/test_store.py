@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate import store as store_mod
+from ablate import _store_index, store as store_mod
 from ablate.record import SCHEMA_VERSION, TrialRecord
 from ablate.store import INDEX, Store, index, problems, read_records
 
@@ -128,8 +128,8 @@ def test_the_index_is_parquet_rebuilt_from_the_directories_and_only_what_changed
     assert set(on_disk["trial_id"]) == {V1_ID, "t0", "t1", "t2"} and set(on_disk["verdict"]) == {"accepted"}
 
     reads = []
-    real = store_mod._read_trial
-    monkeypatch.setattr(store_mod, "_read_trial", lambda d: reads.append(d.name) or real(d))
+    real = _store_index._read_trial
+    monkeypatch.setattr(_store_index, "_read_trial", lambda d: reads.append(d.name) or real(d))
     assert len(index(study)) == 4 and reads == []  # nothing changed: no record file read
     rec = json.loads((study / "t1" / "record.json").read_text())
     rec["end_reason"] = "turns"
