@@ -8,7 +8,7 @@ available library baseline, then operators._correctness.calibrate: each library'
 statistics, its verdict (pass: within the envelope of the reference and the other libraries;
 fail; excluded by a named contract rule; error) with its margin, and the envelope. Kernels are
 then judged against that envelope without joining it: the scripted template of the operator
-(ablate/models/scripted_templates/, on a GPU or under TRITON_INTERPRET=1) and `bias_1pct`, the
+(harnesses/scripted/templates/, on a GPU or under TRITON_INTERPRET=1) and `bias_1pct`, the
 reference in the contract dtype times 1.01, which every envelope must reject.
 Writes DIR/calibration.json and DIR/calibration.md, and prints a line per shape and distribution.
 
@@ -37,7 +37,7 @@ from ablate import operators  # noqa: E402
 from ablate.operators._correctness import as_outputs, calibrate, judge_output, reference_outputs  # noqa: E402
 from ablate.operators._operator import load_module, shape_id  # noqa: E402
 
-TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
+TEMPLATES = ROOT / "harnesses" / "scripted" / "templates"
 
 
 def versions() -> dict:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 KERNELS = ROOT / "tests" / "ablate" / "evaluate" / "kernels"
 
 # the scripted model's RMSNorm template, rendered at other launch configurations
-RMSNORM_TEMPLATE = ROOT / "ablate" / "models" / "scripted_templates" / "rmsnorm.py"
+RMSNORM_TEMPLATE = ROOT / "harnesses" / "scripted" / "templates" / "rmsnorm.py"
 
 EXTRA = {
     "torch_F.rms_norm (passthrough)": '''import torch
@@ -50,7 +50,7 @@ def kernel(x, weight):
 def write_kernels(folder: Path, gpu: bool) -> dict[str, Path]:
     files = {"honest_triton (1 row, 4 warps)": KERNELS / "honest_triton.py",
              "honest_torch (eager ops)": KERNELS / "honest_torch.py"}
-    from ablate.models._scripted import render
+    from ablate.harnesses.scripted import render
 
     template = RMSNORM_TEMPLATE.read_text()
     for rows, warps in ((1, 8), (4, 8), (2, 16)):

@@ -377,7 +377,7 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
             judged_lib = evaluate(name, p, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
             (out / f"{name}-library.json").write_text(json.dumps(judged_lib, indent=1))
             s_lib = time.perf_counter() - t0
-        template = root / "ablate" / "models" / "scripted_templates" / f"{name}.py"
+        template = root / "harnesses" / "scripted" / "templates" / f"{name}.py"
         t0 = time.perf_counter()
         judged_tpl = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
         (out / f"{name}-template.json").write_text(json.dumps(judged_tpl, indent=1))

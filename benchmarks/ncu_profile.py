@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from ablate.harnesses.mechanisms.profiler import find_ncu  # noqa: E402  (the profiler's search of ncu's install places)
 
-TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
+TEMPLATES = ROOT / "harnesses" / "scripted" / "templates"
 RANGE = "profiled"
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis", "WarpStateStats")
 # (column, ncu section, ncu metric name) shown in the table; every metric read is in the JSON

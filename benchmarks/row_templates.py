@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
+TEMPLATES = ROOT / "harnesses" / "scripted" / "templates"
 NORM = {"num_warps": 4, "rows_per_program": 1, "chunk": 0}
 WHOLE = {"LOOP_ABOVE": 1 << 30}  # the width rule off: rows held whole however wide
 LITERAL = {"CHUNK_REF": 1 << 30}  # the scaling off: chunks of the configuration's columns however wide the row

@@ -14,7 +14,7 @@ import torch
 
 from ablate.operators._operator import load_module
 
-TEMPLATE = "ablate/models/scripted_templates/topk.py"
+TEMPLATE = "harnesses/scripted/templates/topk.py"
 CONFIGS = ((4096, 4, 0), (4096, 4, 1), (8192, 8, 0), (8192, 8, 1), (2048, 4, 0), (512, 8, 1), (16384, 8, 1))
 
 

@@ -11,6 +11,8 @@ evaluate_tool (the trusted evaluator on the public shapes).
 
 Or a harness's agent is an external one (``agent: {name: claude_code | codex | command, ...}``,
 harnesses/agents): the same task, sandbox and budget, its model calls through ablate's gateway.
+The scripted policy (harnesses/scripted) is the offline agent: a deterministic, non-LLM player of
+these tools, reached by name as the model registry's "scripted" provider (``+model=scripted``).
 """
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ in the agent's own tools; the replay policy serves a recorded trial back.
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,15 +22,16 @@ from ablate.gateway._meter import Meter
 from ablate.gateway._server import Gateway, Outcome, error_body
 from ablate.gateway._wire import FORMATS
 
+SCRIPTED = "ablate.harnesses.scripted:ScriptedAgent"  # the scripted policy, beside the agents: loaded by name
+
 
 def policy_for(cfg: Mapping[str, Any], provider: Any = None):
     """The gateway policy for a model config: scripted and replay answer here, anthropic and openai
     are forwarded. ``provider``: the trial's model object for that config (replay reads its calls)."""
     kind = cfg.get("provider")
     if kind == "scripted":
-        from ablate.gateway._scripted import ScriptedAgent
-
-        return ScriptedAgent(cfg)
+        module, cls = SCRIPTED.split(":")
+        return getattr(importlib.import_module(module), cls)(cfg)
     if kind == "replay":
         from ablate.gateway._replay import ReplayAgent
         from ablate.models._replay import ReplayModel

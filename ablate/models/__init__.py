@@ -15,11 +15,12 @@ from ablate.models._protocol import (STOP_REASONS, TOKEN_ESTIMATE, FailedAttempt
 from ablate.models._recorder import Recorder
 from ablate.models._retry import CallCut, ProviderError, ProviderOutage, deadline
 
-# provider name -> "module:Class"; each class has from_config(cfg) and preflight(cfg).
+# provider name -> "module:Class"; each class has from_config(cfg) and preflight(cfg). The scripted
+# policy lives beside the agents (harnesses/scripted), loaded by name only when a config asks for it.
 PROVIDERS: dict[str, str] = {
     "anthropic": "ablate.models._anthropic:AnthropicModel",
     "openai": "ablate.models._openai:OpenAIModel",
-    "scripted": "ablate.models._scripted:ScriptedModel",
+    "scripted": "ablate.harnesses.scripted:ScriptedModel",
     "replay": "ablate.models._replay:ReplayModel",
 }
 

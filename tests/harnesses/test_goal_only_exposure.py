@@ -25,7 +25,7 @@ from ablate.sandbox import Workspace
 from ablate.sandbox import _bwrap
 
 pkg = Path(harnesses.__file__).parent
-templates = Path(ablate.__file__).parent / "models" / "scripted_templates"
+templates = Path(harnesses.__file__).parent / "scripted" / "templates"
 roots = " ".join(str(p) for p in _bwrap.python_paths())
 commands = [
     f"cat {pkg}/knowledge/row-reductions.md",
@@ -33,8 +33,8 @@ commands = [
     f"cat {templates}/rmsnorm.py",
     f"ls -la {pkg} {pkg}/knowledge",
     "python -c 'import ablate.harnesses.mechanisms.knowledge as k; print(k.__file__)'",
-    "python -c 'import ablate.models._scripted as s; print(open(s.__file__).read())'",
-    f"find {roots} -maxdepth 5 \\( -name 'row-reductions.md' -o -name 'workflow.md' -o -name 'scripted_templates' \\) 2>/dev/null",
+    "python -c 'import ablate.harnesses.scripted._configs as s; print(open(s.__file__).read())'",
+    f"find {roots} -maxdepth 5 \\( -name 'row-reductions.md' -o -name 'workflow.md' -o -path '*scripted/templates' \\) 2>/dev/null",
     "ls -R . | head -50",
     "python -c 'import torch, triton; print(\"TOOLS-OK\")'",
 ]
@@ -122,7 +122,7 @@ def _install_and_probe(base):
                     "--target", str(site), str(src)], check=True, capture_output=True, timeout=240)
     assert (site / "ablate" / "harnesses" / "knowledge" / "row-reductions.md").is_file()
     assert not any((site / name).exists() for name in ("harnesses", "operators", "ablations", "analysis"))  # one name
-    assert (site / "ablate" / "models" / "scripted_templates" / "rmsnorm.py").is_file()
+    assert (site / "ablate" / "harnesses" / "scripted" / "templates" / "rmsnorm.py").is_file()
     assert (site / "torch").exists()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     r = subprocess.run([str(python), "-c", PROBE, str(base / "ws")], capture_output=True, text=True, timeout=240,

@@ -137,7 +137,7 @@ def test_profile_of_a_triton_kernel_on_the_gpu(tmp_path, h, confinement):
     read the counters; in the sandbox it is ncu's, or the timed fallback with the reason. Either way a
     diagnosis and ranked recommendations."""
 
-    from ablate.models._scripted import render, template
+    from ablate.harnesses.scripted import render, template
     from ablate.sandbox import Limits, Workspace
 
     if prof.find_ncu() is None:

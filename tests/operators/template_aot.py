@@ -34,7 +34,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature  # no
 from ablate import operators  # noqa: E402
 from ablate.operators._operator import load_module, shape_id  # noqa: E402
 
-TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
+TEMPLATES = ROOT / "harnesses" / "scripted" / "templates"
 TARGET = GPUTarget("cuda", 90, 32)  # H100 / H200
 SMEM_PER_BLOCK = 232448  # bytes: the most shared memory one block may have on sm_90 (227 KB)
 REGS_PER_SM = 65536

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from ablate import operators  # noqa: E402
 from ablate.operators._operator import load_module  # noqa: E402
 
-TEMPLATES = ROOT / "ablate" / "models" / "scripted_templates"
+TEMPLATES = ROOT / "harnesses" / "scripted" / "templates"
 
 
 def configs(path: Path) -> list[dict]:

@@ -15,7 +15,7 @@ from ablate.operators._correctness import calibrate
 from ablate.operators._operator import load_module, shape_id
 
 NAMES = list(operators.REGISTRY)
-TEMPLATES = Path(__file__).parents[2] / "ablate" / "models" / "scripted_templates"
+TEMPLATES = Path(__file__).parents[2] / "harnesses" / "scripted" / "templates"
 
 
 def _shapes(op):

@@ -4,7 +4,7 @@ widths that are no eval shape's, and without a GPU it refuses in one line."""
 import pytest
 
 from ablate import operators
-from ablate.models._scripted import template
+from ablate.harnesses.scripted import template
 from benchmarks import row_templates as bench
 from ablate.operators._operator import load_module
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from ablate import operators
-from ablate.models._scripted import render, shape_key, template
+from ablate.harnesses.scripted import render, shape_key, template
 
 HERE = Path(__file__).parent
-TEMPLATES = HERE.parents[1] / "ablate" / "models" / "scripted_templates"
+TEMPLATES = HERE.parents[1] / "harnesses" / "scripted" / "templates"
 OURS = sorted(operators.REGISTRY)
 
 # What the interpreter runs in CI, per template: configurations (indices into its list) that

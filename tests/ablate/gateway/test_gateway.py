@@ -11,7 +11,7 @@ import pytest
 
 from ablate.gateway import Gateway, Meter, _wire
 from ablate.gateway._replay import ReplayAgent
-from ablate.gateway._scripted import ScriptedAgent
+from ablate.harnesses.scripted import ScriptedAgent
 from ablate.models import Usage
 from ablate.harnesses import Budget
 

@@ -244,10 +244,10 @@ def _clis():
 
 
 def _kernel() -> str:
-    from ablate.models import _scripted
+    from ablate.harnesses.scripted import render, template
 
-    source, configs = _scripted.template("rmsnorm")
-    return _scripted.render(source, configs[0])
+    source, configs = template("rmsnorm")
+    return render(source, configs[0])
 
 
 def _trial(tmp_path, agent, model):

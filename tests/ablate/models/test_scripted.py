@@ -13,8 +13,8 @@ import pytest
 from ablate import models
 from ablate.errors import AblateError
 from ablate.models import Message, ToolSpec
-from ablate.models._scripted import (CHECK_SCRIPT, choose_configs, configs_from_knowledge, dispatch_wins, render,
-                                     review, shape_key, template, variants)
+from ablate.harnesses.scripted import (check_script, choose_configs, configs_from_knowledge, dispatch_wins, render,
+                                       review, shape_key, template, variants)
 
 TASK = ("Operator: rmsnorm\n\nGoal...\nTarget: an NVIDIA GPU (NVIDIA H200).\n"
         "Public shapes (the evaluation also uses hidden shapes): [{\"M\": 8, \"N\": 512, \"dtype\": \"bfloat16\"}]\n"
@@ -267,7 +267,7 @@ def test_the_sweep_takes_a_share_of_the_budget_and_fits_the_command_limit():
 
 
 def test_the_check_script_renders_and_parses():
-    text = CHECK_SCRIPT.format(operator="topk", configs=json.dumps([{"a": 1}]), seconds=12, variants="[]")
+    text = check_script("topk", [{"a": 1}], 12, [])
     tree = ast.parse(text)
     assert module_value(text, "CONFIGS") == [{"a": 1}] and module_value(text, "SECONDS") == 12
     assert any(isinstance(n, ast.FunctionDef) and n.name == "sweep" for n in tree.body)
@@ -310,8 +310,7 @@ def test_the_check_script_survives_a_dying_configuration_and_keeps_its_time(tmp_
     checked = [{**shape, "M": 4, "N": 40}, {**shape, "M": 0, "N": -3}]  # the second: no reference takes it
 
     def sweep(seconds):
-        (tmp_path / "check.py").write_text(CHECK_SCRIPT.format(operator="rmsnorm", configs=json.dumps(configs),
-                                                               seconds=seconds, variants=json.dumps(checked)))
+        (tmp_path / "check.py").write_text(check_script("rmsnorm", configs, seconds, checked))
         return subprocess.run([sys.executable, "check.py", "sweep"], cwd=tmp_path, capture_output=True, text=True,
                               timeout=120).stdout
 
@@ -604,7 +603,8 @@ def test_the_published_study_plans_every_operator_with_a_template_and_a_seed(tmp
     import ablate.config  # noqa: F401 - registers the schemas
     from ablate import operators
     from ablate import runner
-    from ablate.models._scripted import SWEEP_MAX_S, _task
+    from ablate.harnesses import Budget
+    from ablate.harnesses.scripted import SWEEP_MAX_S, read_task
     from ablate.trial import task_for
 
     conf = Path(__file__).resolve().parents[3] / "conf"
@@ -619,7 +619,7 @@ def test_the_published_study_plans_every_operator_with_a_template_and_a_seed(tmp
         assert len({json.dumps(choose_configs(configs, [], seed)) for seed in (0, 1, 2)}) == 3
     spec = next(s for s in specs if s.operator == "gemm" and s.scope == "multi_shape" and s.seed == 2)
     assert models.get({**spec.model, "trial_seed": spec.seed}).seed == 2
-    task = _task(task_for(spec, operators.get("gemm"), "NVIDIA H200").prompt(__import__("harnesses").Budget(**spec.budget)))
+    task = read_task(task_for(spec, operators.get("gemm"), "NVIDIA H200").prompt(Budget(**spec.budget)))
     assert task.gpu and task.shapes == operators.get("gemm").shape_set("public") and task.turns == spec.budget["turns"]
     assert 0 < min(task.seconds.values()) * 0.05 and SWEEP_MAX_S <= 150
 
@@ -633,6 +633,8 @@ def test_the_benchmark_runs_the_goal_only_arm_and_writes_its_table(tmp_path):
     import sys
     from pathlib import Path
 
+    from ablate import operators
+
     root = Path(__file__).resolve().parents[3]
     run = lambda *a: subprocess.run([sys.executable, "-m", "benchmarks.scripted", *a], cwd=root,  # noqa: E731
                                     capture_output=True, text=True, timeout=280)
@@ -643,7 +645,7 @@ def test_the_benchmark_runs_the_goal_only_arm_and_writes_its_table(tmp_path):
     op = result["operators"]["rmsnorm"]
     assert op["verdict"] == "accepted" and op["timing"] == "cpu-interpreted" and op["config"] in template("rmsnorm")[1]
     assert [row["shape"] for row in result["shapes"]] == [f"M={s['M']},N={s['N']},dtype=bfloat16"
-                                                          for s in __import__("operators").get("rmsnorm").shapes["smoke"]]
+                                                          for s in operators.get("rmsnorm").shapes["smoke"]]
     assert all(row["correct"] and row["ms"] > 0 and row["library_ms"] > 0 for row in result["shapes"])
     # each time keeps its evidence: the events' spread and count beside the median the table shows
     assert all(row["timing"]["events"]["median"] == row["ms"] and row["timing"]["events"]["n"] >= 1

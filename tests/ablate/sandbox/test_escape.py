@@ -79,7 +79,7 @@ def test_dns_fails(make_ws, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_reading_the_project_and_other_trials_fails(project, make_ws, unconfined, mode):
     targets = [project / "operators/rmsnorm/hidden_shapes.py", project / "runs/other-trial/record.json",
-               project / "harnesses/knowledge/tiling.md", project / "ablate/models/scripted_templates/rmsnorm.py"]
+               project / "harnesses/knowledge/tiling.md", project / "harnesses/scripted/templates/rmsnorm.py"]
     attempts = [f"cat {' '.join(map(str, targets))}",
                 "cat ../../other-trial/record.json ../../../operators/rmsnorm/hidden_shapes.py",
                 "ls -a / /runs /workspace/..; grep -rs SECRET / --exclude-dir={usr,sys,proc,dev,root,etc}",
@@ -110,7 +110,7 @@ def test_reading_the_real_checkout_fails(make_ws, mode):
     assert set(listed) <= venvs if venvs else "No such file or directory" in " ".join(listed), listed
     r = bash(ws, "python -c 'import operators.rmsnorm'")  # the editable install's .pth leads nowhere
     assert r.is_error and "ModuleNotFoundError" in r.content
-    r = bash(ws, "python -c 'from ablate.models import scripted_templates'")
+    r = bash(ws, "python -c 'from ablate.harnesses import scripted'")
     assert r.is_error and "ModuleNotFoundError" in r.content
 
 

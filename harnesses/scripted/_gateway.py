@@ -6,7 +6,7 @@ vocabulary, so a whole external-agent trial runs offline.
     written with a heredoc), in any of the three formats
 
 Policy "kernel-search" (the scripted model's default) here is short: write the operator's Triton
-template (ablate/models/scripted_templates, the scripted policy's own), edit its configuration line
+template (harnesses/scripted/templates, the scripted policy's own), edit its configuration line
 to the template's first configuration, write the scripted policy's test script and run it on
 kernel.py, then end the turn with what the test said. Policy "actions" plays the model config's
 ``actions`` ({tool: bash | write_file, args}) in the agent's vocabulary, then ends (for tests).
@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ablate.gateway import _wire
-from ablate.gateway._server import Outcome
+from ablate.gateway import Outcome, _wire
+from ablate.harnesses.scripted._configs import PASSTHROUGH, check_script, template
+from ablate.harnesses.scripted._policy import read_task
 from ablate.models import Usage
-from ablate.models import _scripted as policy
 
 MARK = "ablate"  # in the id of every tool call this model makes
 
@@ -139,16 +139,15 @@ class ScriptedAgent:
                 else:
                     raise ValueError(f"scripted action {a.get('tool')!r}: the gateway plays bash and write_file")
             return steps
-        task = policy._task(prompt)
-        found = policy.template(task.operator)
+        task = read_task(prompt)
+        found = template(task.operator)
         if found is None:
             return [("No template for this operator; writing a fallback.",
-                     lambda i: v.write(i, "kernel.py", policy.PASSTHROUGH))]
+                     lambda i: v.write(i, "kernel.py", PASSTHROUGH))]
         source, configs = found
         line = re.search(r"^CONFIG = .*$", source, re.M).group(0)
         config_line = f"CONFIG = {configs[0]!r}"
-        check = policy.CHECK_SCRIPT.format(operator=task.operator, configs=json.dumps(configs[:1]), seconds=60,
-                                           variants="[]")
+        check = check_script(task.operator, configs[:1], 60, [])
         steps = [(f"Writing the {task.operator} template.", lambda i: v.write(i, "kernel.py", source))]
         if v.edit is not None:
             steps.append(("Setting its configuration.", lambda i: v.edit(i, "kernel.py", line, config_line)))
