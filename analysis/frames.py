@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ablate import snapshots
+from ablate._numbers import geomean
 from ablate.store import problems, read_records
 
 BUDGETS = ("turns", "tokens", "cost_usd", "wall_s", "tool_s", "gpu_s")  # end reasons that are budget limits
@@ -172,8 +173,9 @@ def harness_identity(h: dict[str, Any] | None) -> str:
 
 
 def _geomean(values) -> float:
-    v = np.asarray([x for x in values if isinstance(x, (int, float)) and np.isfinite(x) and x > 0], dtype=float)
-    return float(np.exp(np.log(v).mean())) if len(v) else float("nan")
+    """ablate._numbers.geomean of the finite positive numbers among the values; NaN without any."""
+    g = geomean([float(x) for x in values if isinstance(x, (int, float)) and np.isfinite(x) and x > 0])
+    return float("nan") if g is None else g
 
 
 def _num(x, default=np.nan) -> float:

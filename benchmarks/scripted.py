@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import math
 import os
 import re
 import signal
@@ -42,6 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from ablate._numbers import geomean  # noqa: E402
 
 CONTRACTIONS = ("gemm", "attention", "grouped_gemm")
 AIM = {"memory-bound": 0.95, "contraction": 0.8}  # the worst shape's share of the best library's speed the control arm aims at
@@ -131,7 +132,7 @@ def rows_of(records) -> tuple[list[dict], dict]:
                                     "wall_ms": s.get("wall_ms"), "launch_ms": s.get("launch_ms"),
                                     "spin_ms": s.get("spin_ms"), "flags": s.get("flags") or []}})
         kind = "contraction" if rec.operator in CONTRACTIONS else "memory-bound"
-        geo = math.exp(sum(math.log(r) for r in speedups) / len(speedups)) if speedups else None
+        geo = geomean(speedups)
         worst = min(speedups) if speedups else None
         ops[rec.operator] = {
             "verdict": rec.verdict, "reasons": ev.get("reasons") or [], "kind": kind, "aim": AIM[kind],

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ablate._numbers import geomean
 from ablate.models import Message, ToolCall, Usage
 from ablate.store import Store
 from ablate.record import TrialRecord
@@ -64,7 +65,7 @@ def evaluation(s: TrialSpec, outcome: str, speedup: float | None, gpu: bool,
                     "best_baseline": best, "speedup_vs_best": sp, "sol_fraction": min(1.0, sol * sp), **flags})
     return {"verdict": "accepted", "reasons": [], "operator": s.operator, "timing": "judge-clock" if gpu else "cpu-interpreted",
             "device": {"name": GPU_ENV["gpu"]} if gpu else {}, "shapes": out,
-            "geomean_speedup": float(np.exp(np.mean(np.log(per)))), **flags}
+            "geomean_speedup": geomean(float(x) for x in per), **flags}
 
 
 def _sid(shape: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ablate._numbers import geomean
 from ablate.evaluate import _baselines, _channel, _correctness
 from ablate.evaluate._link import CandidateLink
 from ablate.evaluate._reasons import REASONS
@@ -334,10 +335,7 @@ class Evaluation(CandidateLink):
         codes = sorted(reasons, key=order.index)
         checks = {c: "fail" if c in reasons else "pass" if c in ran else "skip" for c in order}
         accepted = not codes
-        speedups = [r["speedup_vs_best"] for r in rows]
-        geomean = None
-        if accepted and speedups and all(s and s > 0 for s in speedups):
-            geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+        geo = geomean(r["speedup_vs_best"] for r in rows) if accepted else None  # None unless every shape has one
         timing = self.mode if any(r["time_ms"] for r in rows) else "none"
         flags = sorted({f for r in rows for f in r.get("flags", ())} | set(self.flags))
         return {
@@ -345,7 +343,7 @@ class Evaluation(CandidateLink):
             "details": {c: reasons[c][:4000] for c in codes},
             "operator": self.op.name, "shape_set": self.cfg["shape_set"], "timing": timing,
             "device": self.info, "ceilings": self.ceilings, "checks": checks, "shapes": rows,
-            "geomean_speedup": geomean, "draws": self.cfg["draws"], "flags": flags,
+            "geomean_speedup": geo, "draws": self.cfg["draws"], "flags": flags,
             "static_flags": self.forbidden, "candidate_start_s": round(self.candidate_start_s, 3),
         }
 
