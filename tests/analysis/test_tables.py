@@ -229,7 +229,7 @@ def test_geomean_first_over_seeds_within_operator_then_over_operators(tmp_path):
 
 def test_a_differing_evaluator_version_is_refused_and_named(tmp_path, monkeypatch):
     write_trial(tmp_path, "goal_only", 0, 1.0)
-    monkeypatch.setattr(ablate.evaluate, "VERSION", "999", raising=False)
+    monkeypatch.setattr(ablate.evaluate._reasons, "VERSION", "999")
     write_trial(tmp_path, "kda05", 0, 2.0)
     s = tables.summary(tmp_path, "goal_only")
     assert s["ratios"].iloc[0]["pairs"] == 0 and s["ratios"].iloc[0]["refused"] == 1
