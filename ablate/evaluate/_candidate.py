@@ -21,7 +21,6 @@ copied, watched_threads} + descriptors of new output segments.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import importlib.util
 import inspect
@@ -32,6 +31,7 @@ import time
 import traceback
 
 from ablate.evaluate import _channel, _cuda, _exchange, _guard, _integrity, _tensors
+from ablate.evaluate._watch import OpWatch, clear_hooks
 
 _perf = time.perf_counter
 _listdir = os.listdir
@@ -69,80 +69,6 @@ def _native_threads() -> int:
         return len(_listdir("/proc/self/task"))
     except OSError:
         return threading.active_count()
-
-
-class OpWatch:
-    """The ATen operators dispatched during a batch, on every thread of the process (the run-time
-    library-passthrough check): the profiler records every dispatcher call, composite operators
-    included, however the call was spelled in the source (F.rms_norm, torch.nn.RMSNorm,
-    torch.ops.aten..., getattr, a module object, a worker thread). Where this torch cannot watch
-    other threads, `threads` is False and the judge says so."""
-
-    def __init__(self, names):
-        import warnings
-
-        import torch
-
-        self.torch = torch
-        self.watched = frozenset(names)
-        self.seen: list[str] = []
-        self.threads = True
-        warnings.filterwarnings("ignore", module="torch.autograd.profiler")
-        warnings.filterwarnings("ignore", module="torch.profiler")
-
-    def _profiler(self):
-        prof = self.torch.profiler
-        try:
-            cfg = self.torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-            return prof.profile(activities=[prof.ProfilerActivity.CPU], experimental_config=cfg)
-        except (AttributeError, TypeError):
-            self.threads = False
-            return prof.profile(activities=[prof.ProfilerActivity.CPU])
-
-    @contextlib.contextmanager
-    def watch(self):
-        if not self.watched:
-            yield
-            return
-        with self._profiler() as p:
-            yield
-        for name in sorted({e.key for e in p.key_averages()} & self.watched):
-            if name not in self.seen:
-                self.seen.append(name)
-
-
-def _hooks_active(torch) -> str | None:
-    """A Python hook left in force when a call returns: a torch dispatch or function mode, or
-    torch-function handling switched off (what a kernel could use to change what tensor
-    operations do after it returned). None when there is none."""
-    C = torch._C
-    if C._len_torch_dispatch_stack():
-        return "a TorchDispatchMode was in force"
-    keys = getattr(C, "_TorchDispatchModeKey", None)
-    if keys is not None and any(C._get_dispatch_mode(k) is not None for k in keys.__members__.values()):
-        return "an infrastructure dispatch mode (fake, proxy or functional tensors) was in force"
-    if C._len_torch_function_stack():
-        return "a TorchFunctionMode was in force"
-    if not C._is_torch_function_enabled():
-        return "torch-function handling was switched off"
-    return None
-
-
-def _clear_hooks(torch) -> str | None:
-    """_hooks_active, and every such mode taken out of force, so the driver's own tensor operations
-    after it never run through the kernel's Python."""
-    why = _hooks_active(torch)
-    if why is not None:
-        C = torch._C
-        while C._len_torch_dispatch_stack():
-            C._pop_torch_dispatch_stack(None)
-        keys = getattr(C, "_TorchDispatchModeKey", None)
-        for k in (keys.__members__.values() if keys is not None else ()):
-            if C._get_dispatch_mode(k) is not None:
-                C._unset_dispatch_mode(k)
-        while C._len_torch_function_stack():
-            C._pop_torch_function_stack()
-    return why
 
 
 class Driver:
@@ -289,7 +215,7 @@ class Driver:
         with self.pool.active() if self.pool else _nothing():
             out, reason, message = self.call(ins, first=first)
         fails = rep["failures"]
-        if (why := _clear_hooks(torch)) is not None:
+        if (why := clear_hooks(torch)) is not None:
             fails["hook_active"] = f"{why} when the call returned"
         if reason and reason != "thread_injection":
             rep.update(reason=reason, message=message, fatal=reason in ("crash", "oom"))
@@ -399,7 +325,7 @@ class Driver:
             return self.ch.send("import", reason="no_kernel_function", message="kernel.py defines no callable kernel",
                                 failures=self.failures_now())
         failures = self.failures_now()  # tampering at import: reported, and the kernel still judged
-        if (why := _clear_hooks(self.torch)) is not None:
+        if (why := clear_hooks(self.torch)) is not None:
             failures["hook_active"] = why
         self.ch.send("import", reason=None, failures=failures)
         self.serve()
