@@ -47,7 +47,18 @@ def schema_of(cls: type, label: str) -> type:
             default = field(default=f.default)
         specs.append((f.name, tp, default))
     names = ", ".join(f.name for f in dataclasses.fields(cls)) or "none"
-    return dataclasses.make_dataclass(f"{label} (valid: {names})", specs)
+    return importable(dataclasses.make_dataclass(f"{label} (valid: {names})", specs))
+
+
+def importable(cls: type) -> type:
+    """Make a generated schema class this module's attribute, so pickle (and the cloudpickle that
+    carries a sweep's config to its SLURM jobs) refers to it by name: a by-value copy in the job
+    would be a different class from the one the job's ConfigStore composes with, and OmegaConf then
+    refuses keys the schema has."""
+    assert cls.__qualname__ not in globals(), f"two schemas named {cls.__qualname__!r}"
+    cls.__module__ = __name__
+    globals()[cls.__qualname__] = cls
+    return cls
 
 
 @dataclass
@@ -76,9 +87,9 @@ class ModelConfig:
     check: Optional[str] = None  # replay
 
 
-Mechanisms = dataclasses.make_dataclass(
+Mechanisms = importable(dataclasses.make_dataclass(
     f"mechanisms (valid: {', '.join(harnesses.MECHANISMS)})",
-    [(name, Optional[schema_of(m.Options, name)], field(default=None)) for name, m in harnesses.MECHANISMS.items()])
+    [(name, Optional[schema_of(m.Options, name)], field(default=None)) for name, m in harnesses.MECHANISMS.items()]))
 
 
 Model = schema_of(ModelConfig, "model")

@@ -71,13 +71,17 @@ def index_page(s: dict[str, Any], present, images, out: Path) -> str:
     parts.append(f"<p id='summary'>{len(df)} trials.</p>")
     parts += [f"<div class='note'>{html.escape(line)}</div>" for line in notes(s)]
     parts.append("<div class='rules'>" + "".join(f"<p>{html.escape(rule)}</p>" for rule in RULES) + "</div>")
-    for key, name in present:
+    plots = ["<h2 id='plots'>Plots</h2>"] + [f"<img src='{p.relative_to(out).as_posix()}' alt='{html.escape(p.stem)}'>"
+                                           for p in images]
+    for i, (key, name) in enumerate(present):
         t, caption = view(s, key)
         parts.append(f"<h2 id='{key}'>{html.escape(name)}</h2>"
                      + (f"<p class='caption'>{html.escape(caption)}</p>" if caption else "")
                      + _table_html(t, table_id=f"table-{key}"))
-    parts.append("<h2 id='plots'>Plots</h2>")
-    parts += [f"<img src='{p.relative_to(out).as_posix()}' alt='{html.escape(p.stem)}'>" for p in images]
+        if i == 0:
+            parts += plots  # the headline's table, then its pictures, then the detail
+    if not present:
+        parts += plots
     if not df.empty:
         trials = pd.DataFrame({
             "trial": [f"<a href='trials/{file_name(t)}.html'>{html.escape(str(t))}</a>" for t in df["trial_id"]],

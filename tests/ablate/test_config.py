@@ -136,6 +136,23 @@ def test_the_users_shapes_win_over_the_default_studys_smoke_shapes(hydra_ctx):
     assert named["operators"]["shapes"] == {"public": "smoke", "eval": "smoke"}
 
 
+def test_a_composed_config_pickles_by_reference_for_a_sweeps_jobs(hydra_ctx):
+    """A SLURM job receives its sweep's config pickled; the schemas must travel by name, not as
+    by-value copies, or the job's own composition refuses keys its schema has ('arms' not in study)."""
+    import pickle
+    import subprocess
+    import sys
+
+    cfg = compose("config", overrides=["+harness=kda05"])
+    blob = pickle.dumps(cfg)  # the generated schema classes are importable: plain pickle can name them
+    assert pickle.loads(blob).study.arms.keys() == cfg.study.arms.keys()
+    code = ("import pickle, sys, ablate.config as c; cfg = pickle.load(sys.stdin.buffer); "
+            "print(type(cfg.study._get_node('arms')._metadata.element_type) is type and "
+            "cfg.study._metadata.object_type is c.Study)")
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, timeout=120)
+    assert out.stdout.strip() == b"True", out.stderr.decode()[-2000:]
+
+
 def test_the_typed_schemas_name_their_valid_keys(hydra_ctx):
     """What OmegaConf prints for an unknown key in a YAML file is the node's type name: it lists the keys."""
     from ablate.config import key_problem
