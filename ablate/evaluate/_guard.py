@@ -46,7 +46,9 @@ What it cannot see (the integrity snapshot, _integrity, and the judge's own evid
     process's memory unseen. The static scan refuses the spellings; the judge's evidence does
     not depend on this process;
   - processes started below Python's audit events (_posixsubprocess.fork_exec): the supervisor
-    sees them in the sandbox's process tree (helper_process), unless they end within its poll;
+    sees them in the sandbox's process tree (helper_process), unless they end within its poll
+    (or, for a Python whose command line is torch.compile's load check, within 10 s: native code
+    it loads runs that long beside the kernel, as the kernel's own extensions could);
   - an open relative to a directory descriptor (os.open(name, dir_fd=...)) of a link another
     process made: the path is resolved against the working directory.
 """
@@ -108,6 +110,15 @@ def tool_name(path: str) -> str:
     return _VERSION.sub("", _TRIPLET.sub("", os.path.basename(path)))
 
 
+def dlopen_only(code: str) -> bool:
+    """Whether `python -c CODE` is torch.compile's check that a vectorised library it built loads
+    (torch._inductor.cpu_vec_isa): CODE only dlopens one file. The guard lets a library start it;
+    the supervisor's watch lets it live LOAD_PROBE_S. Operators and str methods only: no global
+    name the submission could rebind reaches it."""
+    return ("from ctypes import cdll" in code and "cdll.LoadLibrary(" in code and "subprocess" not in code
+            and "os." not in code and code.count("\n") < 8)
+
+
 def _code_roots(kit: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """(proxy prefixes, library prefixes, program prefixes): where the standard library's and the
     libraries' proxy modules live, the read-only places library code is imported from (the
@@ -151,6 +162,7 @@ def install(submission_dir: str, kit_dir: str):
     issubclass_, next_, oserror = issubclass, next, OSError
     proxy_names = frozenset(PROXIES)
     interpreter = os.path.realpath(sys.executable)
+    probe_code = dlopen_only
 
     def tool(path: str) -> str:  # tool_name, from what is bound here (the module's globals can be rewritten)
         return version_sub("", triplet_sub("", rsplit(path, "/", 1)[-1]))
@@ -244,17 +256,15 @@ def install(submission_dir: str, kit_dir: str):
         return (bool(last) and last[-1] == "mem") or bool(match_mem(real(p)))
 
     def a_probe(event: str, args: tuple, prog: str) -> bool:
-        """torch.compile's check that a vectorised library it built loads: this interpreter, asked
-        to dlopen one file (torch._inductor.cpu_vec_isa), then gone. A Python that stays is a
-        helper all the same (the supervisor's process watch)."""
+        """torch.compile's check that a library it built loads (dlopen_only): this interpreter
+        as `-c CODE`. A Python that stays is a helper all the same (the supervisor's watch)."""
         if event != "subprocess.Popen" or real(prog) != interpreter or len_(args) < 2:
             return False
         a = args[1]
         if type_(a) not in (tuple_, list_) or len_(a) != 3 or text(a[1]) != "-c":
             return False
-        code = text(a[2]) or ""
-        return "from ctypes import cdll" in code and "cdll.LoadLibrary(" in code and "subprocess" not in code \
-            and "os." not in code and code.count("\n") < 8
+        code = text(a[2])
+        return code is not None and probe_code(code)
 
     def program_ok(event: str, args: tuple) -> bool:
         """A process start a library may make: a build tool from a read-only place."""

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ablate.evaluate import _channel, _kit
-from ablate.evaluate._guard import BUILD_TOOLS, SYSTEM_PROGRAMS, tool_name
+from ablate.evaluate._guard import BUILD_TOOLS, SYSTEM_PROGRAMS, dlopen_only, tool_name
 from ablate.evaluate._kit import EvaluatorFailure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,6 +129,15 @@ def _script(pid: int) -> str | None:
     except OSError:
         return None
     return argv[1].decode(errors="replace") if len(argv) > 1 and argv[1] and not argv[1].startswith(b"-") else None
+
+
+def _load_probe(pid: int) -> bool:
+    """Whether a process's command line is `PYTHON -c CODE` with CODE only dlopening a file."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return False
+    return len(argv) == 3 and argv[1] == b"-c" and dlopen_only(argv[2].decode(errors="replace"))
 
 
 def _sigkill(pids) -> None:
@@ -341,12 +350,13 @@ class Candidate:
             return 0
         return (st.f_blocks - st.f_bfree) * st.f_frsize
 
-    def helpers(self) -> list[tuple[int, str, bool]]:
-        """(pid, program, is a Python) of each process in the candidate's tree other than its one
-        Python interpreter (the first met from the root), its sandbox, and the compilers and build
-        tools its libraries start (BUILD_TOOLS, from system or toolchain directories). A Python
-        here may be a child between fork and exec (a compiler's subprocess): the supervisor counts
-        one only when it is still there later."""
+    def helpers(self) -> list[tuple[int, str, str]]:
+        """(pid, program, kind) of each process in the candidate's tree other than its one Python
+        interpreter (the first met from the root), its sandbox, and the compilers and build tools
+        its libraries start (BUILD_TOOLS, from system or toolchain directories). kind: "program";
+        "python" (maybe a child between fork and exec, a compiler's subprocess: the supervisor
+        counts one only when it is still there later); "probe" (torch.compile's load check,
+        _guard.dlopen_only, which a busy machine can take a while to run)."""
         found, main = [], False
         trusted = SYSTEM_PROGRAMS + tuple(os.path.join(p, "") for p in {sys.prefix, sys.base_prefix})
         for p in self.processes():
@@ -363,7 +373,7 @@ class Candidate:
                 continue  # gone before its path could be read (only its name): nothing left to judge
             if not python and os.path.realpath(exe).startswith(trusted) and self._build_step(p, exe):
                 continue
-            found.append((p, exe, python))
+            found.append((p, exe, ("probe" if _load_probe(p) else "python") if python else "program"))
         return found
 
     @staticmethod

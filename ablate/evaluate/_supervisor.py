@@ -238,19 +238,20 @@ def _protocol_violation(base: dict, msg: dict, phases: dict) -> dict:
             "phase_seconds": {k: round(v, 3) for k, v in phases.items()}}
 
 
-HELPER_PYTHON_S = 0.1  # a second Python that is still one this long after it was seen is a helper
+# How long a process may be seen in the candidate's tree before it is a helper, by kind
+# (_servers.helpers): any other program at once; a second Python only once the same process is
+# still a Python 0.1 s later (between fork and exec a compiler's subprocess, gcc or ptxas, is
+# briefly a copy of the interpreter, and an honest kernel must not be rejected for the moment the
+# supervisor looked); torch.compile's load check (a Python that only dlopens a file) for 10 s,
+# which it needs on a busy machine.
+GRACE_S = {"program": 0.0, "python": 0.1, "probe": 10.0}
 
 
 def _lasting_helpers(found, pythons: dict, now: float) -> set[str]:
-    """The helpers of one look at the candidate's tree. Any other program counts at once; a second
-    Python only once the same process is still a Python HELPER_PYTHON_S later: between fork and
-    exec a compiler's subprocess (gcc, ptxas) is briefly a copy of the interpreter, and an honest
-    kernel must not be rejected for the moment the supervisor looked. `pythons`: pid -> first seen."""
+    """The helpers of one look at the candidate's tree. `pythons`: pid -> first seen."""
     out = set()
-    for pid, exe, python in found:
-        if not python:
-            out.add(exe)
-        elif now - pythons.setdefault(pid, now) >= HELPER_PYTHON_S:
+    for pid, exe, kind in found:
+        if now - pythons.setdefault(pid, now) >= GRACE_S[kind]:
             out.add(exe)
     return out
 

@@ -198,8 +198,11 @@ def test_ctrl_c_is_one_line_saying_what_is_stored_and_that_the_same_command_resu
     import time
 
     e = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
+    # SIGINT back to its default: a test run started in the background (`cmd &`) hands its children
+    # SIGINT ignored, and Python then installs no Ctrl-C handler
     proc = subprocess.Popen([sys.executable, "-m", "ablate", f"store={tmp_path}"], cwd=ROOT, env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 1200
     while not list((tmp_path / "smoke").glob("*/record.json")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()

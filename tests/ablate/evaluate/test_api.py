@@ -240,13 +240,38 @@ def test_an_unconfined_evaluation_is_recorded_and_warned(monkeypatch, kernels, c
 
 def test_a_python_seen_once_between_fork_and_exec_is_no_helper_one_that_stays_is():
     """A compiler's subprocess is a copy of the interpreter until it execs: seen at that moment it
-    looks like a second Python. Only one still there HELPER_PYTHON_S later counts (the daemon test
-    above failed about once a run before this); any other program counts at once."""
-    from ablate.evaluate._supervisor import HELPER_PYTHON_S, _lasting_helpers
+    looks like a second Python. Only one still there GRACE_S["python"] later counts (the daemon test
+    above failed about once a run before this); any other program counts at once; torch.compile's
+    load check gets GRACE_S["probe"] (on busy cores it outlived 0.1 s and an honest kernel was
+    rejected), and counts all the same past it."""
+    from ablate.evaluate._supervisor import GRACE_S, _lasting_helpers
 
     pythons: dict = {}
-    assert _lasting_helpers([(41, "/usr/bin/python3", True)], pythons, 10.0) == set()
+    assert _lasting_helpers([(41, "/usr/bin/python3", "python")], pythons, 10.0) == set()
     assert _lasting_helpers([], pythons, 10.02) == set()  # it exec'd a system program: gone from the list
-    assert _lasting_helpers([(42, "/usr/bin/python3", True)], pythons, 10.04) == set()
-    assert _lasting_helpers([(42, "/usr/bin/python3", True)], pythons, 10.05 + HELPER_PYTHON_S) == {"/usr/bin/python3"}
-    assert _lasting_helpers([(43, "/work/tmp/helper", False)], pythons, 11.0) == {"/work/tmp/helper"}
+    assert _lasting_helpers([(42, "/usr/bin/python3", "python")], pythons, 10.04) == set()
+    assert _lasting_helpers([(42, "/usr/bin/python3", "python")], pythons, 10.05 + GRACE_S["python"]) == {"/usr/bin/python3"}
+    assert _lasting_helpers([(43, "/work/tmp/helper", "program")], pythons, 11.0) == {"/work/tmp/helper"}
+    assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0) == set()
+    assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0 + GRACE_S["python"] + 1) == set()
+    assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0 + GRACE_S["probe"]) == {"/usr/bin/python3"}
+
+
+def test_the_load_probe_is_told_apart_by_its_command_line(tmp_path):
+    """The supervisor reads the probe's command line (the same rule the guard applies to its
+    start); a Python running anything else, or the probe's words with more, is a plain Python."""
+    import subprocess
+    import sys
+
+    from ablate.evaluate._servers import _load_probe
+
+    probe = "from ctypes import cdll\nimport time; time.sleep(30)\ncdll.LoadLibrary('/nonexistent.so')"
+    other = "import time; time.sleep(30)"
+    sneaky = probe + "\nimport os.path"
+    procs = [subprocess.Popen([sys.executable, "-c", c], stderr=subprocess.DEVNULL) for c in (probe, other, sneaky)]
+    try:
+        assert [_load_probe(p.pid) for p in procs] == [True, False, False]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
