@@ -115,7 +115,9 @@ def project_paths() -> list[Path]:
     folders = {name.rsplit(".", 1)[-1] for name in PROJECT_PACKAGES}  # ablate.operators lives in operators/
     paths |= {p.parent for p in list(paths) if p.is_dir() and p.name in folders and p.parent not in sites
               and str(p.parent) != "/"}
-    return sorted(paths)
+    # a path inside another is covered with it: hiding it too would leave its mount point, an empty
+    # folder that makes site-packages/ablate an importable namespace package
+    return sorted(p for p in paths if not any(q in p.parents for q in paths))
 
 
 def _site_dirs() -> list[Path]:
