@@ -242,16 +242,17 @@ def _protocol_violation(base: dict, msg: dict, phases: dict) -> dict:
 # (_servers.helpers): any other program at once; a second Python only once the same process is
 # still a Python 0.1 s later (between fork and exec a compiler's subprocess, gcc or ptxas, is
 # briefly a copy of the interpreter, and an honest kernel must not be rejected for the moment the
-# supervisor looked); torch.compile's load check (a Python that only dlopens a file) for 10 s,
-# which it needs on a busy machine.
+# supervisor looked); torch.compile's load checks (a Python that only dlopens a file) for 10 s
+# from the first one seen, all of them together: a chain of short-lived "probes" gets no more.
 GRACE_S = {"program": 0.0, "python": 0.1, "probe": 10.0}
 
 
 def _lasting_helpers(found, pythons: dict, now: float) -> set[str]:
-    """The helpers of one look at the candidate's tree. `pythons`: pid -> first seen."""
+    """The helpers of one look at the candidate's tree. `pythons`: pid (every probe: "probe") ->
+    first seen."""
     out = set()
     for pid, exe, kind in found:
-        if now - pythons.setdefault(pid, now) >= GRACE_S[kind]:
+        if now - pythons.setdefault("probe" if kind == "probe" else pid, now) >= GRACE_S[kind]:
             out.add(exe)
     return out
 

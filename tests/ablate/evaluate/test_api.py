@@ -255,6 +255,11 @@ def test_a_python_seen_once_between_fork_and_exec_is_no_helper_one_that_stays_is
     assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0) == set()
     assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0 + GRACE_S["python"] + 1) == set()
     assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0 + GRACE_S["probe"]) == {"/usr/bin/python3"}
+    # a chain of probes, each short-lived: the grace runs from the first
+    chain: dict = {}
+    assert _lasting_helpers([(50, "/usr/bin/python3", "probe")], chain, 20.0) == set()
+    assert _lasting_helpers([(51, "/usr/bin/python3", "probe")], chain, 20.0 + GRACE_S["probe"] - 1) == set()
+    assert _lasting_helpers([(52, "/usr/bin/python3", "probe")], chain, 20.0 + GRACE_S["probe"]) == {"/usr/bin/python3"}
 
 
 def test_the_load_probe_is_told_apart_by_its_command_line(tmp_path):

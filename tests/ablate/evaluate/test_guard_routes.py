@@ -376,3 +376,30 @@ def test_the_static_scan_names_each_route_before_anything_runs(source):
     tree, err = _static.parse(source)
     assert tree is not None, err
     assert _static.forbidden(tree), source
+
+
+# -- torch.compile's load check, imitated: allowed to a library, never past its grace -------------
+PROBE = ('subprocess.Popen, [sys.executable, "-c", "from ctypes import cdll\\nimport time; time.sleep(600.4716)\\n'
+         'cdll.LoadLibrary(chr(120))"]')
+STAYING_PROBE = '''
+import sys
+CALLS = [0]
+''' + STARTED_BY_A_FINALIZER.format(call=PROBE).replace("    return out", '''    CALLS[0] += 1
+    if CALLS[0] == 3:  # the probe-shaped Python started by the first call's finalizer: let it stay
+        import time
+        time.sleep(14)
+    return out''')
+
+
+def test_a_python_shaped_like_the_load_check_that_stays_is_a_helper(tmp_path):
+    """A library frame may start a Python whose command only dlopens a file (what torch.compile
+    runs); one that stays past the watch's grace is a helper_process, and it does not outlive the
+    evaluation. Started by the submission itself, it is refused at once."""
+    r = _judge(tmp_path, STAYING_PROBE, timing=True)
+    assert r["verdict"] == "rejected" and "helper_process" in r["reasons"], r["details"]
+    assert not _running("600.4716")
+    direct = "import subprocess, sys\nsubprocess.Popen(" + PROBE.split(", ", 1)[1] + ")\n" + HONEST.replace(
+        "def kernel", "import torch\n\ndef kernel")
+    r = _judge(tmp_path, direct)
+    assert r["verdict"] == "rejected" and "forbidden_code" in r["reasons"], r["details"]
+    assert not _running("600.4716")
