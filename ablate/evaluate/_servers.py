@@ -122,22 +122,24 @@ def _parent(pid: int) -> int | None:
         return None
 
 
-def _script(pid: int) -> str | None:
-    """The script a shell runs (its first argument, when not an option), or None."""
+def _argv(pid: int) -> list[bytes] | None:
+    """A process's command line, or None when it is gone or unreadable."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
     except OSError:
         return None
-    return argv[1].decode(errors="replace") if len(argv) > 1 and argv[1] and not argv[1].startswith(b"-") else None
+
+
+def _script(pid: int) -> str | None:
+    """The script a shell runs (its first argument, when not an option), or None."""
+    argv = _argv(pid)
+    return argv[1].decode(errors="replace") if argv and len(argv) > 1 and argv[1] and not argv[1].startswith(b"-") else None
 
 
 def _load_probe(pid: int) -> bool:
     """Whether a process's command line is `PYTHON -c CODE` with CODE only dlopening a file."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
-    except OSError:
-        return False
-    return len(argv) == 3 and argv[1] == b"-c" and dlopen_only(argv[2].decode(errors="replace"))
+    argv = _argv(pid)
+    return argv is not None and len(argv) == 3 and argv[1] == b"-c" and dlopen_only(argv[2].decode(errors="replace"))
 
 
 def _sigkill(pids) -> None:
