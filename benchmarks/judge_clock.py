@@ -382,6 +382,9 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
         judged_tpl = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
         (out / f"{name}-template.json").write_text(json.dumps(judged_tpl, indent=1))
         s_tpl = time.perf_counter() - t0
+        t0 = time.perf_counter()  # again, every cache warm: what an agent's next evaluation costs
+        warm = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: None)
+        s_warm = time.perf_counter() - t0
         spec = importlib.util.spec_from_file_location(f"tpl_{name}", template)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -400,6 +403,8 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
             row = {"operator": name, "shape": rt["shape_id"], "library": lib,
                    "judged_library_ms": lib_ms, "judged_library_as_candidate_ms": cand_lib,
                    "judged_template_ms": tpl_ms, "template_verdict": judged_tpl["verdict"],
+                   "protocol_ms": (rt.get("time_ms") or {}).get("protocol_ms"),
+                   "template_wall_ms": rt.get("wall_ms"),
                    "template_reasons": judged_tpl["reasons"], **{f"do_bench_{k}_ms": v for k, v in bench.items()},
                    "voided": [rl.get("voided_batches"), rt.get("voided_batches")]}
             if lib_ms and tpl_ms:
@@ -410,7 +415,9 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
             res["rows"].append(row)
             print(json.dumps(row), flush=True)
         res.setdefault("seconds", {})[name] = {"library_submission": round(s_lib, 1), "template": round(s_tpl, 1),
-                                               "phases": judged_tpl.get("phase_seconds")}
+                                               "template_warm": round(s_warm, 1),
+                                               "phases": judged_tpl.get("phase_seconds"),
+                                               "phases_warm": warm.get("phase_seconds")}
         (out / "compare.json").write_text(json.dumps(res, indent=1))
     return res
 

@@ -17,6 +17,9 @@ GAP_NS = 20_000  # a gap in a witness longer than this is another context's turn
 FILL_SLACK = 1.5  # a copy into the slots this much slower than the setup's (plus FILL_SLACK_NS): contended
 FILL_SLACK_NS = 50_000
 QUEUE_WAIT_S = 5.0  # the peer's "called" for a gated batch, before the gate opens anyway
+# The protocol's own cost a batch, through the library process: PROTOCOL_ROUNDS batches each of one
+# call and of PROTOCOL_CALLS calls of a plain copy, the cost being what a batch of no call would take
+PROTOCOL_ROUNDS, PROTOCOL_CALLS = 5, 8
 
 
 def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool) -> tuple[float, str | None, float]:
@@ -44,11 +47,13 @@ class GpuTiming:
     """ShapeJudge's GPU timing (it supplies peer, slots, kernels, words, stream, call_msg,
     receive_called, outputs, check_timed, failures_of, timed_inputs and draw)."""
 
-    def time_gpu(self, fails: dict) -> dict | None:
+    def time_gpu(self, fails: dict, protocol_ms: float = 0.0) -> dict | None:
         """Batches on the judge's clock until BUDGET_MS of calls are timed (see the docstring). The
-        first clean batch (two calls) is a warm-up that sizes the rest; it is not counted."""
+        first clean batch (two calls) is a warm-up that sizes the rest; it is not counted.
+        protocol_ms: the protocol's own cost in a batch (protocol_cost, measured through the
+        library process, never the candidate's), taken off every batch's window."""
         start_wall = time.monotonic()
-        per_call, est, b, timed_ms = [], None, 0, 0.0
+        per_call, windows, est, b, timed_ms = [], [], None, 0, 0.0
         self.fill_ns, self.max_n = None, self.slots.count
         while True:
             b += 1
@@ -61,9 +66,10 @@ class GpuTiming:
             if why is not None:
                 self.voided.append(f"batch {b}: {why}")
             elif est is None:
-                est = window_ms / n
+                est = max(window_ms - protocol_ms, 1e-4 * n) / n
             else:
-                per_call.append(window_ms / n)
+                per_call.append(max(window_ms - protocol_ms, 0.0) / n)  # none left: below any floor
+                windows.append(window_ms / n)
                 timed_ms += window_ms
             if (len(per_call) >= MIN_BATCHES and timed_ms >= BUDGET_MS) or b >= MAX_BATCHES \
                     or time.monotonic() - start_wall > MAX_WALL_S:
@@ -74,10 +80,32 @@ class GpuTiming:
             return None
         s = sorted(per_call)
         q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
-        mid = len(s) // 2
-        med = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-        return {"median": med, "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": med, "batches": b,
-                "voided": len(self.voided), "calls_per_batch": n}
+        return {"median": _median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": _median(windows),
+                "batches": b, "voided": len(self.voided), "calls_per_batch": n, "protocol_ms": protocol_ms}
+
+    def protocol_cost(self) -> float | None:
+        """What the protocol itself adds to a batch's window, in ms, or None when no batch of a
+        size was clean. The peer must be the library process running its plain copy (the judge's
+        own code, so a candidate cannot make this larger and so its own time smaller): batches of
+        1 and of PROTOCOL_CALLS calls, and the window a batch of no call would have, from the two
+        medians. Not an empty batch itself: one (a marker set at once) skips what the device does
+        when the first kernel after the gate runs; in h200-judge-clock's first protocol empty
+        batches took 50-200 us where batches of calls carried 420 us."""
+        fails: dict = {}
+        one, many = [], []
+        b = 0
+        for _ in range(PROTOCOL_ROUNDS):
+            for n, windows in ((1, one), (PROTOCOL_CALLS, many)):
+                b += 1
+                got = self.gpu_batch(b, n, fails, None)
+                if got is None:
+                    return None
+                if got[1] is None:
+                    windows.append(got[0])
+        if not one or not many:
+            return None
+        w1, wn = _median(sorted(one)), _median(sorted(many))
+        return max(0.0, (PROTOCOL_CALLS * w1 - wn) / (PROTOCOL_CALLS - 1))
 
     def gpu_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
         """One gated batch of n calls: (window ms, why it is void or None), or None when the kernel
@@ -158,6 +186,11 @@ class GpuTiming:
             self.slots.raw[_exchange.MARKER:_exchange.MARKER + 4].view(self.torch.int32).fill_(b)
         side.synchronize()
         self.torch.cuda.synchronize()
+
+
+def _median(s: list[float]) -> float:
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def _gone(why: str):

@@ -94,6 +94,15 @@ class Driver:
         self.stream = torch.cuda.current_stream().cuda_stream if device == "cuda" else None
         self.outputs_copied = False
         self.spans: list[tuple[int, int]] = []
+        # every output's storage (span, weak reference): one still alive once the driver has let go
+        # of its batch is a buffer the kernel keeps, and a later call may overwrite it before the
+        # judge reads it, so from then on it is copied out as part of the call
+        self.returned: list = []
+        self.kept: list[tuple[int, int]] = []
+        if device == "cuda":
+            from torch.multiprocessing.reductions import StorageWeakRef
+
+            self.weak = StorageWeakRef
 
     # -- helpers -----------------------------------------------------------------------------
     def failures_now(self) -> dict[str, str]:
@@ -138,6 +147,8 @@ class Driver:
         torch = self.torch
         self.drop_slots()
         if self.device == "cuda":
+            if self.pool is not None:
+                self.pool.send_again()
             mem = _cuda.Shared.open(fds[0], int(msg["size"]))
             raw = torch.as_tensor(_cuda.DeviceArray(mem.ptr, int(msg["nbytes"])), device="cuda")
             self.slots = {"shape": int(msg["shape"]), "raw": raw, "mem": mem, "size": int(msg["nbytes"]),
@@ -172,7 +183,7 @@ class Driver:
         dtype = str(t.dtype).removeprefix("torch.")
         if self.device == "cuda":
             span = (t.data_ptr(), t.data_ptr() + n)
-            reused = any(span[0] < b and a < span[1] for a, b in self.spans)  # a buffer an earlier call returned
+            reused = any(span[0] < b and a < span[1] for a, b in self.spans + self.kept)  # another call's, or kept
             found = self.pool.locate(t.data_ptr(), n) if n and not reused else (0, 0) if not n else None
             if found is None:  # not born in the pool, or to be overwritten: copied now, as part of the call
                 with self.pool.active():
@@ -245,6 +256,9 @@ class Driver:
                 rep.update(reason="output_not_dense", message=why)
                 return rep
             placed.append(e)
+            if self.device == "cuda":
+                st = t.untyped_storage()
+                self.returned.append(((st.data_ptr(), st.data_ptr() + st.nbytes()), self.weak(st)))
         self.held.append(out)
         rep["entries"] = placed
         return rep
@@ -254,6 +268,8 @@ class Driver:
         index, calls = int(msg["shape"]), msg["calls"]
         batch, gated, check = int(msg.get("batch", 0)), bool(msg.get("gated")), bool(msg.get("check"))
         self.held = []
+        self.returned = [(span, ref) for span, ref in self.returned if not ref.expired()]
+        self.kept = [span for span, _ in self.returned]
         self.spans: list[tuple[int, int]] = []  # the batch's outputs so far, where the judge will read them
         self.outputs_copied = False
         reply = {"shape": index, "batch": batch, "calls": [], "failures": {}}
@@ -363,6 +379,11 @@ class _nothing:
         return False
 
 
+# Libraries that add an audit hook of their own when first imported, imported before the guard so
+# that hook is not counted as the kernel's: filelock (on Python 3.12+; torch.compile imports it).
+PRELOADED = ("filelock",)
+
+
 def prepare(device_request: str):
     """Imports and captures, before any submitted code: returns (torch, device, snapshot, pool)."""
     import torch
@@ -380,6 +401,13 @@ def prepare(device_request: str):
             triton.runtime.driver.active.get_current_target()  # in this evaluation's fresh cache
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
+    if device == "cuda":
+        import torch.multiprocessing.reductions  # noqa: F401  (the driver's weak references to outputs)
+    for name in PRELOADED:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     pool = None
     if device == "cuda":
         from ablate.evaluate._pool import OutputPool

@@ -136,6 +136,7 @@ class Shared:
 
     def __init__(self, ptr: int, size: int, handle: int, fd: int | None):
         self.ptr, self.size, self.handle, self.fd = ptr, size, handle, fd
+        self.created = fd is not None
 
     @classmethod
     def create(cls, nbytes: int) -> Shared:
@@ -176,11 +177,19 @@ class Shared:
         return cls(ptr, size, handle.value, None)
 
     def take_fd(self) -> int:
-        """The shareable handle, handed over once (the caller sends and closes it)."""
+        """A descriptor of the shareable handle, for the caller to send and close: the one made at
+        creation, then one exported anew each time (a later shape's judge maps the allocation
+        again). An imported allocation has none to give."""
         fd, self.fd = self.fd, None
-        if fd is None:
-            raise CudaError("this allocation's handle was already handed over")
-        return fd
+        if fd is not None:
+            return fd
+        if not self.created:
+            raise CudaError("an imported allocation's handle is its creator's to hand over")
+        out = ctypes.c_int(-1)
+        check(_fn("cuMemExportToShareableHandle")(ctypes.byref(out), ctypes.c_ulonglong(self.handle),
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, ctypes.c_ulonglong(0)),
+              "cuMemExportToShareableHandle")
+        return out.value
 
     def close(self) -> None:
         if self.ptr:

@@ -108,7 +108,7 @@ class Evaluation(CandidateLink):
         cfg = self.cfg
         self.torch = torch
         self.op = load_operator(cfg["operator"], cfg.get("operator_node"))
-        if only := [n for n in (os.environ.get("ABLATE_EVAL_BASELINES") or "").split(",") if n]:
+        if only := cfg.get("only_baselines"):
             import dataclasses  # a benchmark's restriction to named libraries (the others are not timed)
 
             self.op = dataclasses.replace(self.op, baselines={k: v for k, v in self.op.baselines.items() if k in only})
@@ -175,6 +175,10 @@ class Evaluation(CandidateLink):
         plan["calibration"] = out
         return {dist: c["verdicts"] for dist, c in out.items()}
 
+    def protocol_ms(self, shape: dict) -> float:
+        """The protocol's own cost in a batch on this shape (_baselines.protocol_ms)."""
+        return _baselines.protocol_ms(self, shape)
+
     # -- one shape ---------------------------------------------------------------------------
     def judge_shape(self, i: int, shape: dict, base: dict | None) -> tuple[dict | None, dict, set]:
         from ablate.evaluate._shape import judge_shape
@@ -196,6 +200,9 @@ class Evaluation(CandidateLink):
         t0 = time.perf_counter()
         verdicts = [self.calibrate(i, s) for i, s in enumerate(self.shapes)]
         t1 = time.perf_counter()
+        if cfg["timing"] and self.device == "cuda":  # before the candidate has run anything (and cached)
+            for s in self.shapes:
+                _baselines.protocol_ms(self, s)
         bases = [_baselines.for_shape(self, s, v) if cfg["timing"] else None
                  for s, v in zip(self.shapes, verdicts)]
         # where the judge's setup went (cold: calibrating envelopes, timing baselines; cached after)

@@ -171,6 +171,9 @@ def candidate_env(inner: str, device: str, confined: bool) -> dict:
     cache = f"{base}/cache"
     e = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", "HOME": f"{base}/home",
          "TMPDIR": "/tmp" if confined else f"{inner}/tmp", "LANG": "C.UTF-8",
+         # getpass.getuser() reads these first: the sandbox's uid has no passwd entry, and Inductor
+         # names its cache folder by the user at import
+         "USER": "candidate", "LOGNAME": "candidate",
          "TRITON_CACHE_DIR": f"{cache}/triton", "TORCH_EXTENSIONS_DIR": f"{cache}/torch_extensions",
          "CUPY_CACHE_DIR": f"{cache}/cupy", "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
          "CUDA_CACHE_PATH": f"{cache}/nv", "XDG_CACHE_HOME": cache, "PYTHONDONTWRITEBYTECODE": "1",

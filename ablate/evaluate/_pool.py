@@ -5,7 +5,7 @@ return and the judge's read.
 
 The driver runs each call inside `active()`; torch's caching allocator carves the call's
 allocations out of the pool's segments, which it asks for through two ctypes callbacks. Each new
-segment's file descriptor goes to the judge once (`new_fds`). An output that is not inside the
+segment's file descriptor goes to each shape's judge once (`new_fds`, `send_again`). An output that is not inside the
 pool (allocated on another thread, kept in a buffer of the kernel's own, a CUDA graph's memory)
 is copied into the pool by the driver right after the call, on the call's stream: that copy is
 part of the call's time.
@@ -65,6 +65,12 @@ class OutputPool:
             if seg.ptr <= ptr and ptr + nbytes <= seg.ptr + seg.size:
                 return sid, ptr - seg.ptr
         return None
+
+    def send_again(self) -> None:
+        """A new shape's judge maps the outputs' memory afresh (the last one's maps ended with its
+        shape), so every live segment goes again: one can outlive a shape (a buffer the kernel
+        keeps, a library's cached workspace) and the next shape's outputs can land in it."""
+        self.unsent = sorted(self.segments)
 
     def new_fds(self) -> list[tuple[int, int, int]]:
         """(segment id, size, file descriptor) of segments the judge has not been sent; the caller

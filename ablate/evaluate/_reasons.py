@@ -3,7 +3,9 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
-VERSION = "9"  # 9: the judge's own clock on the device; outputs read where the kernel wrote them; libraries timed alike
+# 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
+# 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
+VERSION = "10"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

@@ -127,6 +127,8 @@ def evaluate(operator: str, submission: str | Path, shapes: str = "eval", seed: 
                       passed={"missing_file", "file_too_large", "syntax_error"})
     req = dict(operator=operator, operator_node=node, shape_set=shapes, seed=seed, device=device, draws=draws,
                timing=bool(timing), scan=bool(scan), source_bytes=len(data),
+               # read per evaluation: the judge is a warm process whose environment is its first caller's
+               only_baselines=[n for n in (os.environ.get("ABLATE_EVAL_BASELINES") or "").split(",") if n],
                cache_dir=os.environ.get("ABLATE_CACHE_DIR") or str(Path.home() / ".cache" / "ablate"))
     result = _run(data, base, req, timeout_s, memory_limit_gb, progress)
     result["seconds"] = round(time.monotonic() - start, 3)

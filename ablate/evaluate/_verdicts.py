@@ -46,7 +46,8 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
     except (KeyError, TypeError, ValueError, AssertionError):
         fails.setdefault("driver_tampered", f"malformed timing report: {timing!r:.200}")
         return
-    row["time_ms"] = {**t, "n": n, **{k: timing[k] for k in ("batches", "voided", "calls_per_batch") if k in timing}}
+    row["time_ms"] = {**t, "n": n, **{k: timing[k] for k in ("batches", "voided", "calls_per_batch", "protocol_ms")
+                                    if k in timing}}
     row["wall_ms"] = wall
     med = t["median"]
     if row["baselines_ms"]:

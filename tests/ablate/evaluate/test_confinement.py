@@ -219,3 +219,22 @@ def test_a_real_unprivileged_runner_if_this_machine_has_one(listener):
     verdict, sandbox, probed = json.loads(out.stdout.strip().splitlines()[-1])
     assert [verdict, sandbox] == ["accepted", "bwrap"]
     assert_contained(*facts_of(probed), "userns")
+
+
+def test_a_candidate_has_a_user_name_without_a_passwd_entry(monkeypatch):
+    """The sandbox's uid has no passwd entry; Inductor names its cache folder by getpass.getuser()
+    when torch.compile is imported, which then fails unless the environment names the user."""
+    import getpass
+    import pwd
+
+    env = _kit.candidate_env("/e", "cpu", confined=True)
+    for k in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(k, raising=False)
+        if k in env:
+            monkeypatch.setenv(k, env[k])
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    assert getpass.getuser() == "candidate"

@@ -23,6 +23,10 @@ def test_honest_triton_is_accepted_with_gpu_timing(judged):
     assert s["time_ms"]["voided"] == 0 and not s.get("voided_batches")  # no witness saw another context
     assert 0.05 < s["sol_fraction"] <= 1.0
     assert "torch_F.rms_norm" in s["baselines_ms"] and s["speedup_vs_best"] > 0
+    # the protocol's own cost a batch, measured through the library process and taken off
+    cost, per_batch = s["time_ms"]["protocol_ms"], s["time_ms"]["calls_per_batch"]
+    assert 0 < cost < 2.0 and "protocol_cost_unmeasured" not in r["flags"]
+    assert s["wall_ms"] == pytest.approx(s["time_ms"]["median"] + cost / per_batch, rel=0.05)
 
 
 def test_a_library_and_the_same_call_as_a_kernel_are_timed_alike(kernels, tmp_path):
@@ -42,7 +46,9 @@ def test_a_slow_host_launch_is_not_the_kernels_time(judged):
     before it opens, so the judged time is the device's."""
     r = judged("slow_launch", **PUBLIC)
     assert r["verdict"] == "accepted", r["details"]
-    assert r["shapes"][0]["time_ms"]["median"] < 0.3
+    same_math = judged("honest_torch", **PUBLIC)  # the same device work, launched at once
+    slow, fast = r["shapes"][0]["time_ms"]["median"], same_math["shapes"][0]["time_ms"]["median"]
+    assert slow < 1.1 * fast, (slow, fast)  # with the host's 0.5 ms a call it would be far above
 
 
 def test_honest_cuda_kernel_through_cupy_is_accepted(judged):
@@ -74,7 +80,8 @@ def test_hidden_shapes_are_judged(judged):
     ("graph_replay", {"incorrect", "stale_output"}, True),
     ("patched_timer", {"timer_tampered"}, True),
     ("output_cache", {"incorrect", "stale_output"}, True),
-    ("fingerprint_cache", {"stale_output", "incorrect"}, True),
+    # its host read of the input waits for the gate, so its calls are never queued before it opens
+    ("fingerprint_cache", {"stale_output", "incorrect", "work_outside_window"}, True),
     ("timed_loop_skip", {"forbidden_code"}, False),
     ("thread_injection", {"incorrect"}, True),  # its thread fills the output after the judge read it
     ("illegal_access", {"crash"}, True),

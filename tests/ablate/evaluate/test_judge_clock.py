@@ -135,9 +135,22 @@ def test_the_libraries_are_timed_by_the_same_protocol_in_a_process_of_their_own(
     assert all(ms > 0 for ms in s["baselines_ms"].values())
 
 
+def test_a_restriction_to_named_libraries_is_read_per_evaluation(kernels, monkeypatch):
+    """The judge is a warm process started with its first caller's environment: a benchmark that
+    names another library for its next evaluation must get that library timed, not the first's."""
+    from ablate.evaluate import evaluate
+
+    timed = []
+    for only in ("torch_eager", "torch_F.rms_norm"):
+        monkeypatch.setenv("ABLATE_EVAL_BASELINES", only)
+        r = evaluate("rmsnorm", kernels / "honest_torch.py", shapes="smoke", seed=7)
+        timed.append(set(r["shapes"][0]["baselines_ms"]))
+    assert timed == [{"torch_eager"}, {"torch_F.rms_norm"}]
+
+
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "9"
+    assert r["evaluator_version"] == "10"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 
@@ -179,6 +192,79 @@ def test_a_batch_whose_calls_were_not_queued_before_the_gate_is_void():
     from ablate.evaluate._batches import batch_verdict
 
     assert "not all queued" in batch_verdict(_words(), 10, 10_000, queued=False)[1]
+
+
+class _Batches:
+    """GpuTiming over a stand-in device: a batch of n calls takes n * call_ms + protocol_ms."""
+
+    def __new__(cls, call_ms, protocol_ms, void_every=0):
+        from ablate.evaluate._batches import GpuTiming
+
+        class Fake(GpuTiming):
+            def gpu_batch(self, b, n, fails, est_ms):
+                self.sizes.append(n)
+                void = void_every and b % void_every == 0
+                return n * call_ms + protocol_ms, ("another context ran" if void else None)
+
+        t = Fake()
+        t.slots, t.voided, t.sizes = SimpleNamespace(count=64), [], []
+        return t
+
+
+def test_the_protocols_own_cost_is_taken_off_every_batch():
+    """The gate's opening and the marker's handover cost a batch a fixed time (0.35 ms on an H200),
+    whatever its calls: left in, it would add 0.35 / n ms to each call, so two kernels timed in
+    batches of different sizes would get different shares of it and their ratio would be wrong."""
+    with_cost = _Batches(0.05, 0.35).time_gpu({}, protocol_ms=0.35)
+    assert with_cost["median"] == pytest.approx(0.05) and with_cost["protocol_ms"] == 0.35
+    assert with_cost["wall_ms"] == pytest.approx(0.05 + 0.35 / with_cost["calls_per_batch"])
+    left_in = _Batches(0.05, 0.35).time_gpu({}, protocol_ms=0.0)
+    assert left_in["median"] > 1.1 * 0.05
+
+
+def test_the_first_batch_sizes_the_rest_from_its_calls_alone():
+    t = _Batches(0.05, 0.35)
+    t.time_gpu({}, protocol_ms=0.35)
+    assert t.sizes[0] == 2 and t.sizes[1] == 64  # 8 ms of 0.05 ms calls: as many as the slots hold
+
+
+def test_a_window_shorter_than_the_protocols_cost_is_no_time_at_all():
+    """Nothing left after the protocol's cost: a time of zero, which every physical floor rejects."""
+    got = _Batches(0.0, 0.1).time_gpu({}, protocol_ms=0.35)
+    assert got["median"] == 0.0
+
+
+def test_the_protocols_cost_is_what_a_batch_of_no_call_would_take():
+    """From batches of one call and of PROTOCOL_CALLS calls (void ones left out), the window's
+    intercept: the cost every batch carries whatever its calls."""
+    from ablate.evaluate._batches import PROTOCOL_CALLS, PROTOCOL_ROUNDS
+
+    t = _Batches(0.06, 0.35, void_every=3)
+    assert t.protocol_cost() == pytest.approx(0.35)
+    assert sorted(set(t.sizes)) == [1, PROTOCOL_CALLS] and len(t.sizes) == 2 * PROTOCOL_ROUNDS
+    assert _Batches(0.06, 0.35, void_every=1).protocol_cost() is None  # never clean: not guessed
+
+
+def test_the_library_process_runs_the_plain_copy_the_protocols_cost_is_measured_with():
+    from ablate.evaluate._library import PLAIN_COPY, Library, plain_copy
+
+    x = torch.randn(3, 4)
+    y = plain_copy(2, x, torch.randn(4))
+    assert torch.equal(y, x) and y.data_ptr() != x.data_ptr()
+    lib = Library("cpu")
+    try:
+        lib.use("rmsnorm", None, PLAIN_COPY)
+        assert lib.name == PLAIN_COPY
+        with pytest.raises(RuntimeError, match="no_such_library"):
+            lib.use("rmsnorm", None, "no_such_library")
+    finally:
+        lib.close()
+
+
+def test_the_protocols_cost_is_nothing_on_a_cpu():
+    from ablate.evaluate import _baselines
+
+    assert _baselines.protocol_ms(SimpleNamespace(device="cpu"), {"M": 1}) == 0.0
 
 
 def test_the_witness_is_longer_than_two_time_slices_as_measured():
