@@ -105,6 +105,18 @@ class Driver:
             self.weak = StorageWeakRef
 
     # -- helpers -----------------------------------------------------------------------------
+    def remember(self, t) -> None:
+        """An output's whole storage, weakly: to tell next batch whether the kernel kept it."""
+        st = t.untyped_storage()
+        self.returned.append(((st.data_ptr(), st.data_ptr() + st.nbytes()), self.weak(st)))
+
+    def forget_batch(self) -> None:
+        """Let go of the last batch's outputs (the judge has read them); the storages still alive
+        then are held by the kernel: `kept`, copied out whenever a later call returns them."""
+        self.held = []
+        self.returned = [(span, ref) for span, ref in self.returned if not ref.expired()]
+        self.kept = [span for span, _ in self.returned]
+
     def failures_now(self) -> dict[str, str]:
         """What the guard refused and what was replaced since the last report."""
         found = {k: "replaced: " + ", ".join(v) for k, v in self.snapshot.tampered().items() if v}
@@ -257,8 +269,7 @@ class Driver:
                 return rep
             placed.append(e)
             if self.device == "cuda":
-                st = t.untyped_storage()
-                self.returned.append(((st.data_ptr(), st.data_ptr() + st.nbytes()), self.weak(st)))
+                self.remember(t)
         self.held.append(out)
         rep["entries"] = placed
         return rep
@@ -267,9 +278,7 @@ class Driver:
         """One batch: the calls on the slots the judge names, gated or not; reports every call."""
         index, calls = int(msg["shape"]), msg["calls"]
         batch, gated, check = int(msg.get("batch", 0)), bool(msg.get("gated")), bool(msg.get("check"))
-        self.held = []
-        self.returned = [(span, ref) for span, ref in self.returned if not ref.expired()]
-        self.kept = [span for span, _ in self.returned]
+        self.forget_batch()
         self.spans: list[tuple[int, int]] = []  # the batch's outputs so far, where the judge will read them
         self.outputs_copied = False
         reply = {"shape": index, "batch": batch, "calls": [], "failures": {}}

@@ -1,5 +1,6 @@
-"""The output pool's bookkeeping of which segments the judge has mapped (no GPU needed: the
-segments are stand-ins; the memory itself is tested by pytest -m gpu)."""
+"""The bookkeeping of outputs' memory on a GPU: which of the output pool's segments each shape's
+judge has been sent, and which buffers the kernel keeps (no GPU needed: stand-in segments, CPU
+tensors; the memory itself is tested by pytest -m gpu)."""
 from ablate.evaluate._pool import OutputPool
 
 
@@ -33,3 +34,27 @@ def test_a_segment_that_outlives_its_shape_goes_to_the_next_shape_too():
     del pool.segments[1]  # freed at the shape's end
     pool.send_again()
     assert [(sid, size) for sid, size, _ in pool.new_fds()] == [(2, 20)]
+
+
+def test_an_output_the_kernel_keeps_is_told_from_one_it_let_go():
+    """On a GPU an output is read where it lies unless a later call may overwrite it first: one
+    whose storage outlives the driver's hold on its batch is the kernel's own buffer (then copied
+    out as part of each call). The bookkeeping, on CPU tensors."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from ablate.evaluate._candidate import Driver
+
+    driver = Driver.__new__(Driver)  # no device: only the bookkeeping is under test
+    driver.weak, driver.returned, driver.kept, driver.held = StorageWeakRef, [], [], []
+    buffer = torch.empty(64)  # a kernel's module-level output buffer
+    for out in (buffer, torch.empty(32), buffer[:16]):  # kept, fresh, a view of the kept one
+        driver.remember(out)
+        driver.held.append(out)
+    del out
+    driver.forget_batch()
+    start = buffer.untyped_storage().data_ptr()
+    assert driver.kept == [(start, start + 64 * 4)] * 2 and driver.held == []
+    del buffer
+    driver.forget_batch()
+    assert driver.kept == []
