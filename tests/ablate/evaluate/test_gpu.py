@@ -146,6 +146,8 @@ def test_ceilings_and_baselines_are_cached(tmp_path, monkeypatch, kernels):
     assert any("M=16384,N=4096" in k for k in baselines)
     second = evaluate("rmsnorm", kernels / "honest_torch.py", shapes="public", draws=1)
     assert second["shapes"][0]["baselines_ms"] == first["shapes"][0]["baselines_ms"]  # read back, not re-measured
+    assert any("M=16384,N=4096" in k for k in json.loads((tmp_path / "protocol.json").read_text()))
+    assert second["shapes"][0]["time_ms"]["protocol_ms"] == first["shapes"][0]["time_ms"]["protocol_ms"] > 0
 
 
 def test_two_evaluations_on_one_gpu_take_turns(kernels):
