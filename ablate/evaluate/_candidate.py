@@ -388,11 +388,6 @@ class _nothing:
         return False
 
 
-# Libraries that add an audit hook of their own when first imported, imported before the guard so
-# that hook is not counted as the kernel's: filelock (on Python 3.12+; torch.compile imports it).
-PRELOADED = ("filelock",)
-
-
 def prepare(device_request: str):
     """Imports and captures, before any submitted code: returns (torch, device, snapshot, pool)."""
     import torch
@@ -412,11 +407,6 @@ def prepare(device_request: str):
         pass
     if device == "cuda":
         import torch.multiprocessing.reductions  # noqa: F401  (the driver's weak references to outputs)
-    for name in PRELOADED:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
     pool = None
     if device == "cuda":
         from ablate.evaluate._pool import OutputPool

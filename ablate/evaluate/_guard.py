@@ -22,7 +22,9 @@ install(): an audit hook (PEP 578; once added it cannot be removed) that refuses
   - signal handlers: the submission cannot install one (a handler is handed the interrupted
     frame: the driver's, mid-loop); a handler a library installs is handed no frame.
 A refused call raises PermissionError inside the kernel and is logged; the judge rejects the
-kernel as forbidden_code whatever the kernel did with the error.
+kernel as forbidden_code whatever the kernel did with the error. One exception: a new audit hook a
+library tries to add is refused (Python then never adds it) but not logged, since nothing happened
+(filelock adds one when imported on Python 3.12, and torch.compile imports filelock).
 
 Who asks: the first frame, walking outwards from the event, that is not in a proxy: a module whose
 job is to hand frames, code, objects or processes to its caller, or to call what its caller hands
@@ -200,6 +202,18 @@ def install(submission_dir: str, kit_dir: str):
             f = f.f_back
         return "<no caller outside the standard library>"
 
+    def library_frame(depth: int = 2) -> str:
+        """'folder/file:line' of the innermost library frame: which library asked, for the message."""
+        f = getframe(depth)
+        while f is not None:
+            name = f.f_code.co_filename
+            if type_(name) is not str_:
+                name = str_.__str__(name)
+            if kind(name) == "library":
+                return f"{join('/', rsplit(name, '/', 2)[-2:])}:{f.f_lineno}"
+            f = f.f_back
+        return "?"
+
     def asker(depth: int) -> str | None:
         """origin() from outside the hook (the signal guard): the hook's own events pass meanwhile."""
         busy[0] = True
@@ -310,10 +324,13 @@ def install(submission_dir: str, kit_dir: str):
             where = "whoever asks"
             busy[0] = True
             try:
-                where = origin() or "a library, on the kernel's behalf"
+                where = origin() or f"a library, on the kernel's behalf: {library_frame()}"
             finally:
                 busy[0] = False
-            log.append((event, where))
+            if event != "sys.addaudithook" or not startswith(where, "a library"):
+                log.append((event, where))
+            # (a hook refused is a hook Python never adds, so a library's try costs the kernel
+            # nothing: filelock adds one when imported on Python 3.12, and torch.compile imports it)
             raise perm(f"ablate: {event} is not allowed while a kernel runs ({where})")
         start = event in starts
         if not start and event not in refused and not startswith(event, "ctypes."):

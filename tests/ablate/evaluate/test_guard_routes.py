@@ -184,6 +184,37 @@ def test_a_handler_a_library_installs_gets_no_frame(tmp_path):
     assert got == {"frames": ["None"], "log": []}
 
 
+def test_an_audit_hook_is_never_added_and_only_the_kernels_own_try_is_held_against_it(tmp_path):
+    """A hook of another's would see every event the guard does. Refused whoever asks (Python
+    then returns without adding it), so a library's try costs the kernel nothing (filelock adds
+    one when imported on Python 3.12, and torch.compile imports filelock); the kernel's own try is
+    logged (forbidden_code)."""
+    lib, sub, kit = tmp_path / "lib", tmp_path / "submission", tmp_path / "kit"
+    for d in (lib, sub, kit):
+        d.mkdir()
+    hooking = "import sys\n\nseen = []\nsys.addaudithook(lambda event, args: seen.append(event))\n"
+    (lib / "hooker.py").write_text(hooking)
+    (sub / "kernel.py").write_text(hooking)
+    code = textwrap.dedent(f'''
+        import json, sys, site
+        sys.path.insert(0, {str(_root())!r})
+        site.getsitepackages = lambda: [{str(lib)!r}]  # the library's folder counts as installed packages
+        from ablate.evaluate import _guard
+        log = _guard.install({str(sub)!r}, {str(kit)!r})
+        sys.path[:0] = [{str(lib)!r}, {str(sub)!r}]
+        import hooker
+        library_log = list(log)
+        import kernel
+        sys.audit("after.the.imports")
+        print(json.dumps({{"seen": hooker.seen + kernel.seen, "library_log": library_log, "log": log}}))
+    ''')
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["seen"] == [] and got["library_log"] == []
+    assert got["log"] == [["sys.addaudithook", "kernel.py:4"]]
+
+
 JIT_INTERNAL = '''
 import torch
 leaked = []
