@@ -73,9 +73,8 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
             todo.append((name, b))
     if not todo:
         return {"ms": ms, "skipped": skipped}
-    keys = {name: "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
-                            ev.op_hash, shape_id(shape), name, ev.mode, str((ev.ceilings or {}).get("id", "")),
-                            "v6"]) for name, _ in todo}  # timed beside these ceilings: measured again with them
+    ceilings_id = str((ev.ceilings or {}).get("id", ""))  # timed beside these ceilings: measured again with them
+    keys = {name: _key(ev, shape_id(shape), name, ev.mode, ceilings_id, "v6") for name, _ in todo}
     cached = {name: _cache.get("baselines", keys[name]) for name, _ in todo} if ev.device == "cuda" else {}
     for name, b in todo:
         entry = cached.get(name)
@@ -94,6 +93,12 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
             if entry.get("contended"):
                 contended[name] = entry["contended"]
     return {"ms": ms, "skipped": skipped, "noisy": noisy, "contended": contended}
+
+
+def _key(ev, sid: str, *what: str) -> str:
+    """A cache key of this GPU, driver, library versions, operator and shape, then `what`."""
+    return "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
+                     ev.op_hash, sid, *what])
 
 
 def _not_passing(name: str, verdicts: dict[str, dict]) -> str | None:
@@ -146,8 +151,7 @@ def protocol_ms(ev, shape: dict) -> float:
     sid = shape_id(shape)
     if sid in memo:
         return memo[sid]
-    key = "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
-                    ev.op_hash, sid, str((ev.ceilings or {}).get("id", "")), "v1"])
+    key = _key(ev, sid, str((ev.ceilings or {}).get("id", "")), "v1")
     found = _cache.get("protocol", key)
     if found is None:
         try:

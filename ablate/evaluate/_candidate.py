@@ -405,10 +405,10 @@ def prepare(device_request: str):
             triton.runtime.driver.active.get_current_target()  # in this evaluation's fresh cache
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
-    if device == "cuda":
-        import torch.multiprocessing.reductions  # noqa: F401  (the driver's weak references to outputs)
     pool = None
     if device == "cuda":
+        import torch.multiprocessing.reductions  # noqa: F401  (the driver's weak references to outputs)
+
         from ablate.evaluate._pool import OutputPool
 
         _cuda.lib()  # loaded now: the integrity snapshot below sees the module as the driver will use it

@@ -186,14 +186,17 @@ def install(submission_dir: str, kit_dir: str):
             kinds[name] = k
         return k
 
+    def filename(f) -> str:
+        """A frame's file name as a plain str (a str subclass's own methods never run)."""
+        name = f.f_code.co_filename
+        return name if type_(name) is str_ else str_.__str__(name)
+
     def origin(depth: int = 2) -> str | None:
         """'file:line' of the submission's frame when it asked; None when a library did. depth:
         the frame to start from (2: the hook's caller)."""
         f = getframe(depth)
         while f is not None:
-            name = f.f_code.co_filename
-            if type_(name) is not str_:
-                name = str_.__str__(name)
+            name = filename(f)
             k = kind(name)
             if k == "submission":
                 return f"{rsplit(name, '/', 1)[-1]}:{f.f_lineno}"
@@ -206,9 +209,7 @@ def install(submission_dir: str, kit_dir: str):
         """'folder/file:line' of the innermost library frame: which library asked, for the message."""
         f = getframe(depth)
         while f is not None:
-            name = f.f_code.co_filename
-            if type_(name) is not str_:
-                name = str_.__str__(name)
+            name = filename(f)
             if kind(name) == "library":
                 return f"{join('/', rsplit(name, '/', 2)[-2:])}:{f.f_lineno}"
             f = f.f_back

@@ -202,7 +202,7 @@ class Evaluation(CandidateLink):
         t1 = time.perf_counter()
         if cfg["timing"] and self.device == "cuda":  # before the candidate has run anything (and cached)
             for s in self.shapes:
-                _baselines.protocol_ms(self, s)
+                self.protocol_ms(s)
         bases = [_baselines.for_shape(self, s, v) if cfg["timing"] else None
                  for s, v in zip(self.shapes, verdicts)]
         # where the judge's setup went (cold: calibrating envelopes, timing baselines; cached after)
