@@ -111,6 +111,12 @@ class Evaluation(CandidateLink):
         if only := cfg.get("only_baselines"):
             import dataclasses  # a benchmark's restriction to named libraries (the others are not timed)
 
+            from ablate.errors import AblateError
+
+            if unknown := sorted(set(only) - set(self.op.baselines)):
+                raise AblateError(f"ABLATE_EVAL_BASELINES names {', '.join(unknown)}, not a library of "
+                                  f"{self.op.name}; its libraries: {', '.join(sorted(self.op.baselines))}")
+
             self.op = dataclasses.replace(self.op, baselines={k: v for k, v in self.op.baselines.items() if k in only})
         self.shapes = self.op.shape_set(cfg["shape_set"])
         self.device = _gpu.resolve_device(cfg["device"])

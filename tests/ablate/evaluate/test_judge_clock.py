@@ -148,6 +148,18 @@ def test_a_restriction_to_named_libraries_is_read_per_evaluation(kernels, monkey
     assert timed == [{"torch_eager"}, {"torch_F.rms_norm"}]
 
 
+def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(kernels, monkeypatch):
+    from ablate.errors import AblateError
+    from ablate.evaluate import evaluate
+
+    monkeypatch.setenv("ABLATE_EVAL_BASELINES", "torch_F.rms_norm,quack_rmsnorm_typo")
+    one_line = r"names quack_rmsnorm_typo, not a library of rmsnorm; its libraries: .*torch_eager"
+    with pytest.raises(AblateError, match=one_line):
+        evaluate("rmsnorm", kernels / "honest_torch.py", shapes="smoke", seed=7)
+    monkeypatch.delenv("ABLATE_EVAL_BASELINES")
+    assert evaluate("rmsnorm", kernels / "honest_torch.py", shapes="smoke", seed=7)["verdict"] == "accepted"
+
+
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
     assert r["evaluator_version"] == "10"
