@@ -112,6 +112,7 @@ def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, r
     assert r["verdict"] == "rejected" and reasons <= set(r["reasons"]), r["details"]
 
 
+@pytest.mark.timeout(900)  # the compiled kernel's own limit (below), with room
 @pytest.mark.parametrize("name,flag", [
     ("thread_pool", "threads_left_running"),  # a pool of the kernel's own, its workers idle between calls
     ("column_major", None),
@@ -120,7 +121,9 @@ def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, r
     ("compiled", None),  # torch.compile of its own code: Inductor's build, hashing and load probe are tools
 ])
 def test_honest_kernels_of_the_kinds_agents_write_are_accepted(judged, name, flag):
-    r = judged(name)
+    # Inductor's C++ build of the compiled one took over the default 60 s on two cores shared by
+    # three test runs: a limit of its own, far above what it takes alone (nothing here is timed)
+    r = judged(name, timeout_s=600) if name == "compiled" else judged(name)
     assert r["verdict"] == "accepted", r["details"]
     assert r["timing"] == "cpu-interpreted" and all(s["time_ms"]["median"] > 0 for s in r["shapes"])
     if flag:
