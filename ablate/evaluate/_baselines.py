@@ -140,7 +140,7 @@ def protocol_ms(ev, shape: dict) -> float:
     and of every library alike. Measured through the library process running a plain copy before
     the candidate runs, and cached beside the baselines (0.0 on a CPU, where no batch is timed
     this way)."""
-    from ablate.evaluate._batches import PROTOCOL_CALLS
+    from ablate.evaluate._batches import PROTOCOL_CALLS, PROTOCOL_RANGE_MS
     from ablate.evaluate._library import PLAIN_COPY
     from ablate.evaluate._shape import ShapeJudge
     from ablate.operators import shape_id
@@ -166,10 +166,17 @@ def protocol_ms(ev, shape: dict) -> float:
                 sj.close()
         except Exception as e:  # noqa: BLE001 (a library process that cannot start: said, as below)
             ev.note(f"{sid}: the protocol's own cost could not be measured: {type(e).__name__}: {e}")
+        low, high = PROTOCOL_RANGE_MS
         if found is None:  # no batch of a size was clean (another context ran): said, nothing taken off
             ev.flags.append("protocol_cost_unmeasured")
             found = 0.0
+        elif not low <= found <= high:  # not believed, not cached: said, nothing taken off
+            ev.note(f"{sid}: the protocol's own cost came out at {found:.3f} ms a batch, outside "
+                    f"{low}..{high} ms: not taken off")
+            ev.flags.append("protocol_cost_implausible")
+            found = 0.0
         else:
+            found = max(0.0, found)
             _cache.put("protocol", key, found)
     memo[sid] = float(found)
     return memo[sid]

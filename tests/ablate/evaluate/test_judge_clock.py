@@ -276,6 +276,35 @@ def test_the_library_process_runs_the_plain_copy_the_protocols_cost_is_measured_
         lib.close()
 
 
+@pytest.mark.parametrize("fitted, taken_off, flag", [(0.35, 0.35, None), (-0.01, 0.0, None),
+                                                    (5.0, 0.0, "protocol_cost_implausible"),
+                                                    (-1.0, 0.0, "protocol_cost_implausible"),
+                                                    (None, 0.0, "protocol_cost_unmeasured")])
+def test_a_protocol_cost_outside_its_physical_range_is_said_not_taken_off_nor_cached(
+        monkeypatch, tmp_path, fitted, taken_off, flag):
+    """A cost fitted wrong would bias every time on that GPU until the cache is cleared; too large,
+    it pushes a fast kernel's time toward zero. Outside PROTOCOL_RANGE_MS it is said and dropped."""
+    from ablate.evaluate import _baselines, _cache
+    from ablate.evaluate._shape import ShapeJudge
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ShapeJudge, "open", lambda self, count, sample: None)
+    monkeypatch.setattr(ShapeJudge, "close", lambda self: None)
+    monkeypatch.setattr(ShapeJudge, "protocol_cost", lambda self: fitted)
+    shape = {"M": 8, "N": 8}
+    lib = SimpleNamespace(use=lambda *a: None, peer=lambda: None)
+    notes = []
+    ev = SimpleNamespace(device="cuda", torch=torch, shapes=[shape], plans=[{}], cfg={}, ceilings={"id": "c"},
+                         info={"name": "gpu", "driver": 1}, libs={}, op=SimpleNamespace(name="rmsnorm"), op_hash="h",
+                         flags=[], note=notes.append, library=lambda: lib,
+                         input_set=lambda shape, k, references: ((torch.ones(2),), None, None))
+    assert _baselines.protocol_ms(ev, shape) == taken_off
+    assert ev.flags == ([flag] if flag else [])
+    assert bool(_cache.get("protocol", _baselines._key(ev, "M=8,N=8", "c", "v1")) is not None) == (flag is None)
+    if flag == "protocol_cost_implausible":
+        assert "not taken off" in notes[0]
+
+
 def test_the_protocols_cost_is_nothing_on_a_cpu():
     from ablate.evaluate import _baselines
 
