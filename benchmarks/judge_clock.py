@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 CHILD_MODES = ("spin", "stream", "wait", "map", "export", "pool", "batch")
+SPARE_READY_S = 10.0  # before the warm evaluation: the next candidate process has imported torch
 # compare: the library each operator's ratio is checked against, and a kernel.py calling it
 LIBRARIES = {
     "rmsnorm": ("torch_F.rms_norm", "import torch\n\ndef kernel(x, weight):\n"
@@ -382,7 +383,10 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
         judged_tpl = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
         (out / f"{name}-template.json").write_text(json.dumps(judged_tpl, indent=1))
         s_tpl = time.perf_counter() - t0
-        t0 = time.perf_counter()  # again, every cache warm: what an agent's next evaluation costs
+        # again, every cache warm: what an agent's next evaluation costs. An agent thinks between
+        # evaluations, so the candidate process started ahead has finished importing torch by then
+        time.sleep(SPARE_READY_S)
+        t0 = time.perf_counter()
         warm = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: None)
         s_warm = time.perf_counter() - t0
         spec = importlib.util.spec_from_file_location(f"tpl_{name}", template)
@@ -417,7 +421,8 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
         res.setdefault("seconds", {})[name] = {"library_submission": round(s_lib, 1), "template": round(s_tpl, 1),
                                                "template_warm": round(s_warm, 1),
                                                "phases": judged_tpl.get("phase_seconds"),
-                                               "phases_warm": warm.get("phase_seconds")}
+                                               "phases_warm": warm.get("phase_seconds"),
+                                               "shapes_warm": [r.get("seconds") for r in warm["shapes"]]}
         (out / "compare.json").write_text(json.dumps(res, indent=1))
     return res
 

@@ -150,6 +150,7 @@ class GpuTiming:
         done.record()
         limit = max(30.0, 0.02 * n * (est_ms or 10.0))
         deadline = time.monotonic() + limit
+        t_wait = time.perf_counter()
         while not done.query():
             if time.monotonic() > deadline:
                 self._release(b)
@@ -160,6 +161,7 @@ class GpuTiming:
                 self._release(b)
                 raise _gone("the peer ended during a batch")
             time.sleep(0.0005)
+        self.spent["device"] += time.perf_counter() - t_wait
         words = w.cpu().tolist()
         if msg is None:
             msg = self.receive_called(b, QUEUE_WAIT_S)

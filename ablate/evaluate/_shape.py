@@ -74,6 +74,9 @@ class ShapeJudge(GpuTiming):
         self.flags: list[str] = []
         self.voided: list[str] = []
         self.draws_per_batch = DRAWS_PER_BATCH
+        # where the shape's seconds went, beside judge_shape's totals: waiting for the peer's reports,
+        # drawing the timed calls' inputs, checking the drawn calls, waiting for the device
+        self.spent = dict.fromkeys(("peer", "timed_inputs", "timed_checks", "device"), 0.0)
 
     # -- setup -------------------------------------------------------------------------------
     def open(self, count: int, sample) -> None:
@@ -133,6 +136,13 @@ class ShapeJudge(GpuTiming):
     # -- a batch's report --------------------------------------------------------------------
     def receive_called(self, batch: int, limit: float | None = None) -> dict | None:
         """The peer's report of a batch (its new output segments mapped on the way)."""
+        t0 = time.perf_counter()
+        try:
+            return self._receive_called(batch, limit)
+        finally:
+            self.spent["peer"] += time.perf_counter() - t0
+
+    def _receive_called(self, batch: int, limit: float | None) -> dict | None:
         deadline = None if limit is None else time.monotonic() + limit
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -239,9 +249,12 @@ class ShapeJudge(GpuTiming):
         """Fresh inputs for call j of batch b, and how to rebuild them."""
         from ablate.evaluate import _judge
 
+        t0 = time.perf_counter()
         dist = TIMED_DISTRIBUTION
         seed = _judge.set_seed(self.ev.cfg["seed"], _judge.shape_key(self.shape), f"timed-{b}", j)
-        return self.ev.op.make_inputs(self.shape, seed, self.device, dist), dist
+        ins = self.ev.op.make_inputs(self.shape, seed, self.device, dist)
+        self.spent["timed_inputs"] += time.perf_counter() - t0
+        return ins, dist
 
     def time_cpu(self, fails: dict) -> dict | None:
         """The interpreter's clock: one batch of CPU_CALLS calls, timed by the message round trip."""
@@ -261,6 +274,13 @@ class ShapeJudge(GpuTiming):
     def check_timed(self, msg: dict, staged, drawn, fails: dict, snap=None) -> bool:
         """The drawn calls of a timed batch: outputs right for their own inputs, inputs unchanged.
         snap: {call: (outputs, inputs)} copied out right after the batch (GPU)."""
+        t0 = time.perf_counter()
+        try:
+            return self._check_timed(msg, staged, drawn, fails, snap)
+        finally:
+            self.spent["timed_checks"] += time.perf_counter() - t0
+
+    def _check_timed(self, msg: dict, staged, drawn, fails: dict, snap) -> bool:
         calls = msg["calls"]
         if len(calls) < len(staged) or any(c.get("reason") for c in calls):
             bad = next((c for c in calls if c.get("reason")), None)
@@ -363,7 +383,7 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
     finally:
         sj.close()
     row["flags"] = sorted(set(row.get("flags", [])) | set(sj.flags))
-    row["seconds"] = {k: round(v, 4) for k, v in seconds.items()}
+    row["seconds"] = {k: round(v, 4) for k, v in {**seconds, **sj.spent}.items()}
     row["error"] = "; ".join(f"{k}: {v}" for k, v in fails.items()) or None
     return row, fails, ran
 

@@ -30,6 +30,9 @@ def test_honest_triton_kernel_is_accepted_with_the_full_contract(judged):
         assert s["baselines_skipped"]["torch_compile"] == "needs CUDA"
         assert s["speedup_vs_best"] == pytest.approx(s["baselines_ms"][s["best_baseline"]] / s["time_ms"]["median"])
         assert s["sol_fraction"] is None
+        sec = s["seconds"]  # where the shape's time went: the peer's share lies inside checking and timing
+        assert sec["checking"] > 0 and 0 < sec["peer"] <= sec["checking"] + sec["timing"] + 0.001
+        assert 0 < sec["timed_inputs"] + sec["timed_checks"] <= sec["timing"] + 0.001 and sec["device"] == 0
     assert r["geomean_speedup"] > 0 and r["seconds"] > 0
     ph = r["phase_seconds"]  # the judge's setup, and where it went
     assert {"judge_ceilings", "judge_envelopes", "judge_baselines"} <= set(ph) and ph["judge_baselines"] > 0
