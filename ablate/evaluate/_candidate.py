@@ -83,6 +83,7 @@ class Driver:
         self.sync = torch._C._cuda_synchronize if device == "cuda" else (lambda: None)
         self.empty, self.fill, self.empty_strided = torch.empty, torch._C.TensorBase.fill_, torch.empty_strided
         self.copy = torch._C.TensorBase.copy_
+        self.as_tensor, self.frombuffer = torch.as_tensor, torch.frombuffer  # bound before the kernel is imported
         self.ops = OpWatch(go.get("library_ops") or ())
         self.native_base: int | None = None
         self.fn = None
@@ -183,8 +184,26 @@ class Driver:
             old["mem"].close()
 
     def inputs_of(self, entries) -> tuple:
+        """A call's inputs, each a tensor whose storage is its own bytes of the slots alone: through
+        torch (untyped_storage(), as_strided) a kernel sees neither the other calls' inputs, which are
+        in place before the gate opens (computed ahead, a batch's calls would be timed as one), nor
+        the gate and marker words. A raw address still reaches them: docs/evaluator.md."""
         raw, size = self.slots["raw"], self.slots["size"]
-        return tuple(e["value"] if "value" in e else _exchange.view(raw, e, size) for e in entries)
+        out = []
+        for e in entries:
+            if "value" in e:
+                out.append(e["value"])
+                continue
+            whole = _exchange.view(raw, e, size)  # checked against the slots first
+            off, n = int(e["offset"]), int(e["nbytes"])
+            out.append(_exchange.view(self.own_bytes(off, n), {**e, "offset": 0}, n) if n else whole)
+        return tuple(out)
+
+    def own_bytes(self, off: int, n: int):
+        """A uint8 tensor over bytes [off, off + n) of the slots, with a storage of those bytes only."""
+        if self.device == "cuda":
+            return self.as_tensor(_cuda.DeviceArray(self.slots["raw"].data_ptr() + off, n), device="cuda")
+        return self.frombuffer(self.slots["maps"][0], dtype=self.torch.uint8, count=n, offset=off)
 
     def place_output(self, t, dest: dict | None) -> tuple[dict | None, str | None]:
         """Where output t is for the judge: (entry, None) or (None, why not)."""

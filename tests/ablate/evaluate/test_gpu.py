@@ -58,7 +58,7 @@ def test_honest_cuda_kernel_through_cupy_is_accepted(judged):
     assert r["verdict"] == "accepted", r["details"]
 
 
-@pytest.mark.parametrize("name", ["thread_pool", "column_major", "persistent_buffer", "custom_op", "compiled"])
+@pytest.mark.parametrize("name", ["thread_pool", "column_major", "persistent_buffer", "custom_op", "compiled", "lookahead"])
 def test_honest_kernels_of_the_kinds_agents_write_are_accepted_on_a_gpu(judged, name):
     r = judged(name, draws=1, **PUBLIC)
     assert r["verdict"] == "accepted", r["details"]

@@ -130,6 +130,13 @@ def test_honest_kernels_of_the_kinds_agents_write_are_accepted(judged, name, fla
         assert flag in r["shapes"][0]["flags"]
 
 
+def test_a_call_reaches_no_other_calls_inputs_through_its_own(judged):
+    """A batch's inputs are all in place before its gate opens: an input whose storage held the
+    other slots would let a kernel run the batch as one launch (kernels/lookahead.py raises if so)."""
+    r = judged("lookahead")
+    assert r["verdict"] == "accepted", r["details"]
+
+
 def test_the_libraries_are_timed_by_the_same_protocol_in_a_process_of_their_own(judged):
     r = judged("honest_torch")
     s = r["shapes"][0]
