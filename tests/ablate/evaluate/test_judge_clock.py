@@ -88,7 +88,7 @@ def test_a_report_for_another_batch_or_with_unmatched_descriptors_is_a_protocol_
     from ablate.evaluate._shape import Gone
 
     sj = object.__new__(ShapeJudge)
-    sj.device, sj.segments = "cuda", None
+    sj.device, sj.segments, sj.spent = "cuda", None, {"peer": 0.0}
     replies = iter([({"kind": "called", "batch": 3, "calls": []}, []),
                     ({"kind": "called", "batch": 1, "calls": [], "segments": [[1, 2 << 20]]}, [])])
     sj.peer = Peer(lambda *a, **k: None, lambda kinds, limit: next(replies), lambda: True)
