@@ -269,7 +269,7 @@ class Driver:
             rep.update(reason="output_not_dense",
                        message=f"kernel returned {type(out).__name__}; expected a torch.Tensor (or a tuple of them)")
             return rep
-        if _tensors.aliases(outs, ins):
+        if _tensors.aliases(outs, (*ins, self.slots["raw"])):  # any slot's memory, the header's too
             fails.setdefault("output_aliases_input", "an output shares storage with an input")
         placed = []
         for i, t in enumerate(outs):
