@@ -329,3 +329,45 @@ def test_the_witness_is_longer_than_two_time_slices_as_measured():
     slice_ns = measured["beside_spin"]["longest_gap_ns"]
     assert _shape.WITNESS_NS >= 2 * slice_ns and measured["alone_50ms"]["longest_gap_ns"] < _shape.GAP_NS
     assert measured["beside_wait"]["gaps"] == 0  # a stream waiting on the gate takes no slice
+
+
+def _driver_over_two_slots(fn):
+    """A CPU Driver (no process around it) whose slots hold two input sets of RMSNorm's, and the
+    entries of the first."""
+    import mmap
+
+    from ablate.evaluate._candidate import Driver
+
+    x, w = torch.randn(4, 8).to(torch.bfloat16), torch.randn(8).to(torch.bfloat16)
+    plan, slot_bytes = _exchange.plan_slot((x, w))
+    nbytes = _exchange.HEADER + 2 * slot_bytes
+    slots, outs = mmap.mmap(-1, nbytes), mmap.mmap(-1, 4096)
+    d = Driver.__new__(Driver)
+    d.torch, d.device, d.pool, d.signature_checked, d.held, d.native_base, d.fn = torch, "cpu", None, None, [], None, fn
+    d.as_tensor, d.frombuffer = torch.as_tensor, torch.frombuffer
+    d.slots = {"raw": torch.frombuffer(slots, dtype=torch.uint8), "size": nbytes, "maps": (slots, outs),
+               "out_raw": torch.frombuffer(outs, dtype=torch.uint8)}
+    entries = [{**e, "offset": _exchange.HEADER + e["offset"]} for e in plan]
+    return d, entries, _exchange.HEADER + slot_bytes
+
+
+def test_each_input_a_call_gets_is_a_storage_of_its_own_bytes():
+    d, entries, _ = _driver_over_two_slots(None)
+    for t, e in zip(d.inputs_of(entries), entries):
+        assert t.untyped_storage().nbytes() == e["nbytes"] == t.numel() * t.element_size()
+
+
+def test_an_output_in_the_slots_memory_aliases_an_input_even_outside_the_calls_own():
+    """Each input's storage is its own bytes now; the alias check still covers every slot."""
+    holder = {}
+
+    def in_next_slot(x, w):  # the next call's slot, its storage those bytes alone (as a raw address gives)
+        mem = holder["d"].slots["maps"][0]
+        return torch.frombuffer(mem, dtype=torch.uint8, count=64, offset=holder["next"]).view(torch.bfloat16).view(4, 8)
+
+    d, entries, holder["next"] = _driver_over_two_slots(in_next_slot)
+    holder["d"] = d
+    rep = d.one(0, entries, [{"offset": 0, "nbytes": 64}], first=True, check=False)
+    assert "output_aliases_input" in rep["failures"]
+    d.fn = lambda x, w: (x.float() * 2).to(x.dtype)  # fresh memory: no alias
+    assert "output_aliases_input" not in d.one(0, entries, [{"offset": 0, "nbytes": 64}], first=True, check=False)["failures"]
