@@ -48,7 +48,7 @@ def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool)
 
 class GpuTiming:
     """ShapeJudge's GPU timing (it supplies peer, slots, kernels, words, stream, call_msg,
-    receive_called, outputs, check_timed, failures_of, timed_inputs and draw)."""
+    receive_called, outputs, check_timed, failures_of, timed_inputs, draw and spending)."""
 
     def time_gpu(self, fails: dict, protocol_ms: float = 0.0) -> dict | None:
         """Batches on the judge's clock until BUDGET_MS of calls are timed (see the docstring). The
@@ -150,18 +150,17 @@ class GpuTiming:
         done.record()
         limit = max(30.0, 0.02 * n * (est_ms or 10.0))
         deadline = time.monotonic() + limit
-        t_wait = time.perf_counter()
-        while not done.query():
-            if time.monotonic() > deadline:
-                self._release(b)
-                fails.setdefault("timeout", f"a batch of {n} calls did not end within {limit:.0f} s")
-                fails["fatal"] = True
-                return None
-            if not self.peer.alive():
-                self._release(b)
-                raise _gone("the peer ended during a batch")
-            time.sleep(0.0005)
-        self.spent["device"] += time.perf_counter() - t_wait
+        with self.spending("device"):
+            while not done.query():
+                if time.monotonic() > deadline:
+                    self._release(b)
+                    fails.setdefault("timeout", f"a batch of {n} calls did not end within {limit:.0f} s")
+                    fails["fatal"] = True
+                    return None
+                if not self.peer.alive():
+                    self._release(b)
+                    raise _gone("the peer ended during a batch")
+                time.sleep(0.0005)
         words = w.cpu().tolist()
         if msg is None:
             msg = self.receive_called(b, QUEUE_WAIT_S)

@@ -22,6 +22,7 @@ peer copies the outputs' raw bytes where the judge reads them before it answers.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -134,13 +135,19 @@ class ShapeJudge(GpuTiming):
         return [{"inputs": self.slots.entries(k, self.entry_plan), "outputs": self.dests(k)} for k in ks]
 
     # -- a batch's report --------------------------------------------------------------------
-    def receive_called(self, batch: int, limit: float | None = None) -> dict | None:
-        """The peer's report of a batch (its new output segments mapped on the way)."""
+    @contextlib.contextmanager
+    def spending(self, what: str):
+        """Adds the seconds of the block to spent[what]."""
         t0 = time.perf_counter()
         try:
-            return self._receive_called(batch, limit)
+            yield
         finally:
-            self.spent["peer"] += time.perf_counter() - t0
+            self.spent[what] += time.perf_counter() - t0
+
+    def receive_called(self, batch: int, limit: float | None = None) -> dict | None:
+        """The peer's report of a batch (its new output segments mapped on the way)."""
+        with self.spending("peer"):
+            return self._receive_called(batch, limit)
 
     def _receive_called(self, batch: int, limit: float | None) -> dict | None:
         deadline = None if limit is None else time.monotonic() + limit
@@ -249,12 +256,10 @@ class ShapeJudge(GpuTiming):
         """Fresh inputs for call j of batch b, and how to rebuild them."""
         from ablate.evaluate import _judge
 
-        t0 = time.perf_counter()
         dist = TIMED_DISTRIBUTION
         seed = _judge.set_seed(self.ev.cfg["seed"], _judge.shape_key(self.shape), f"timed-{b}", j)
-        ins = self.ev.op.make_inputs(self.shape, seed, self.device, dist)
-        self.spent["timed_inputs"] += time.perf_counter() - t0
-        return ins, dist
+        with self.spending("timed_inputs"):
+            return self.ev.op.make_inputs(self.shape, seed, self.device, dist), dist
 
     def time_cpu(self, fails: dict) -> dict | None:
         """The interpreter's clock: one batch of CPU_CALLS calls, timed by the message round trip."""
@@ -274,11 +279,8 @@ class ShapeJudge(GpuTiming):
     def check_timed(self, msg: dict, staged, drawn, fails: dict, snap=None) -> bool:
         """The drawn calls of a timed batch: outputs right for their own inputs, inputs unchanged.
         snap: {call: (outputs, inputs)} copied out right after the batch (GPU)."""
-        t0 = time.perf_counter()
-        try:
+        with self.spending("timed_checks"):
             return self._check_timed(msg, staged, drawn, fails, snap)
-        finally:
-            self.spent["timed_checks"] += time.perf_counter() - t0
 
     def _check_timed(self, msg: dict, staged, drawn, fails: dict, snap) -> bool:
         calls = msg["calls"]
