@@ -242,11 +242,11 @@ def _protocol_violation(base: dict, msg: dict, phases: dict) -> dict:
 
 # How long a process may be seen in the candidate's tree before it is a helper, by kind
 # (_servers.helpers): any other program at once; a second Python only once the same process is
-# still a Python 0.1 s later (between fork and exec a compiler's subprocess, gcc or ptxas, is
+# still a Python 1 s later (between fork and exec a compiler's subprocess, gcc or ptxas, is
 # briefly a copy of the interpreter, and an honest kernel must not be rejected for the moment the
-# supervisor looked); torch.compile's load checks (a Python that only dlopens a file) for 10 s
+# supervisor looked: with two test suites on two cores, torch.compile's kernel outlived 0.1 s); torch.compile's load checks (a Python that only dlopens a file) for 10 s
 # from the first one seen, all of them together: a chain of short-lived "probes" gets no more.
-GRACE_S = {"program": 0.0, "python": 0.1, "probe": 10.0}
+GRACE_S = {"program": 0.0, "python": 1.0, "probe": 10.0}
 
 
 def _lasting_helpers(found, pythons: dict, now: float) -> set[str]:
