@@ -4,6 +4,7 @@ protocol and _clock for the kernels). ShapeJudge takes its GPU timing from GpuTi
 from __future__ import annotations
 
 import math
+import os
 import time
 
 from ablate.evaluate import _exchange
@@ -23,6 +24,18 @@ PROTOCOL_ROUNDS, PROTOCOL_CALLS = 5, 8
 # A fitted cost outside this range (ms) is a measurement gone wrong, not the handover (about 0.35 ms
 # on an H200): taken off, a too large one would push fast kernels toward zero, so it is not believed
 PROTOCOL_RANGE_MS = (-0.05, 2.0)
+
+
+def batch_length(most: int) -> int:
+    """How many calls a timed batch holds: drawn by the judge from the top quarter up to `most`
+    (at least two sizes once `most` >= 2), so the candidate cannot know which of its calls ends a
+    batch. A kernel that leaves its calls' work to a later call, to run them as one launch, has
+    to guess when to run it; the batch's last call is always checked (ShapeJudge.draw), and a
+    batch that ends before the guessed call shows its output unwritten (stale_output)."""
+    if most < 2:
+        return max(most, 1)
+    low = most - max(1, most // 4)
+    return low + int.from_bytes(os.urandom(4), "little") % (most - low + 1)
 
 
 def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool) -> tuple[float, str | None, float]:
@@ -56,12 +69,12 @@ class GpuTiming:
         protocol_ms: the protocol's own cost in a batch (protocol_cost, measured through the
         library process, never the candidate's), taken off every batch's window."""
         start_wall = time.monotonic()
-        per_call, windows, est, b, timed_ms = [], [], None, 0, 0.0
+        per_call, windows, sizes, est, b, timed_ms = [], [], [], None, 0, 0.0
         self.fill_ns, self.max_n = None, self.slots.count
         while True:
             b += 1
             n = min(2, self.max_n) if est is None else \
-                max(1, min(self.max_n, math.ceil(TARGET_BATCH_MS / max(est, 1e-4))))
+                batch_length(max(1, min(self.max_n, math.ceil(TARGET_BATCH_MS / max(est, 1e-4)))))
             got = self.gpu_batch(b, n, fails, est)
             if got is None:
                 return None
@@ -73,6 +86,7 @@ class GpuTiming:
             else:
                 per_call.append(max(window_ms - protocol_ms, 0.0) / n)  # none left: below any floor
                 windows.append(window_ms / n)
+                sizes.append(n)
                 timed_ms += window_ms
             if (len(per_call) >= MIN_BATCHES and timed_ms >= BUDGET_MS) or b >= MAX_BATCHES \
                     or time.monotonic() - start_wall > MAX_WALL_S:
@@ -84,7 +98,8 @@ class GpuTiming:
         s = sorted(per_call)
         q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
         return {"median": _median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": _median(windows),
-                "batches": b, "voided": len(self.voided), "calls_per_batch": n, "protocol_ms": protocol_ms}
+                "batches": b, "voided": len(self.voided), "calls_per_batch": round(_median(sorted(sizes))),
+                "protocol_ms": protocol_ms}
 
     def protocol_cost(self) -> float | None:
         """What the protocol itself adds to a batch's window, in ms, or None when no batch of a

@@ -12,8 +12,9 @@ Timing on a GPU (a batch, all on the judge's stream but the peer's calls):
   the judge draws fresh inputs for every call of the batch into memory of its own; asks the peer
   to queue the calls behind the gate word (the peer answers once they are queued); then
   stamp, copy the inputs into the slots, stamp, witness, open the gate (t0); waits for the peer's
-  marker; then stamp (t1), witness, copy out the outputs and inputs of the calls drawn now for
-  checking, stamp, witness. The batch's time is t1 - t0 over its calls. A witness that saw another
+  marker; then stamp (t1), witness, copy out the outputs and inputs of the calls checked (the
+  batch's last, and others drawn now), stamp, witness. The batch's time is t1 - t0 over its calls;
+  its length is drawn per batch (_batches.batch_length), so no call knows it ends the batch. A witness that saw another
   context's work, or a copy into the slots much slower than at the start, voids the batch: work
   started before t0 or left after t1. The drawn calls' outputs must be right for their exact
   inputs (stale_output), and their inputs unchanged (input_mutated).
@@ -31,7 +32,7 @@ from ablate.evaluate import _channel, _correctness, _exchange, _verdicts
 from ablate.evaluate._batches import GpuTiming
 from ablate.evaluate._reasons import REASONS
 
-DRAWS_PER_BATCH = 2  # calls of each batch checked against their own reference
+DRAWS_PER_BATCH = 3  # calls of each batch checked against their own reference: its last, and others at random
 SLOT_MEMORY = 0.3  # of the device's memory: the slots, the judge's staged inputs and the peer's outputs
 CPU_CALLS = 3
 VOID_SHARE = 0.25  # more of a shape's batches voided than this, on a GPU no other process uses: rejected
@@ -317,7 +318,11 @@ class ShapeJudge(GpuTiming):
         return True
 
     def draw(self, n: int) -> list[int]:
-        return [int.from_bytes(os.urandom(4), "little") % n for _ in range(min(n, self.draws_per_batch))]
+        """The calls of a batch of n checked after it: the last (work a kernel left for a later call
+        that never came shows there: _batches.batch_length) and draws_per_batch - 1 at random."""
+        if self.draws_per_batch < 1 or n < 1:
+            return []
+        return [n - 1] + [int.from_bytes(os.urandom(4), "little") % n for _ in range(self.draws_per_batch - 1)]
 
 
 def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None, dict, set]:

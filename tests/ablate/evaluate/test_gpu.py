@@ -86,6 +86,8 @@ def test_hidden_shapes_are_judged(judged):
     ("thread_injection", {"incorrect"}, True),  # its thread fills the output after the judge read it
     ("illegal_access", {"crash"}, True),
     ("late_work", {"stale_output"}, True),
+    # its calls' work left to the call it expects to end the batch: batch lengths are drawn per batch
+    ("deferred", {"stale_output"}, True),
     ("seal_hook_mode", {"hook_active", "incorrect"}, False),  # the 1.65x H200 attack on the old seal
     # the hostile candidate on a GPU, each with the static scan off (the run-time defence alone)
     ("frame_reader", {"forbidden_code"}, False),
