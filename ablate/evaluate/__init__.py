@@ -19,8 +19,9 @@ wrote them into. Four processes:
       draws every input set from a fresh seed and computes its reference in float64; writes each
       input set into shared slots, asks for calls, reads each output where it was written and
       judges it; times batches of calls by its own clock. It never imports the submission.
-  library (_library): the baselines, run by the same driver in a fresh interpreter and timed by
-      the same protocol, so a library's time and a kernel's carry the same protocol cost.
+  library (_library): the baselines, run by the same driver in an interpreter of their own (kept
+      by the judge across evaluations: trusted code only) and timed by the same protocol, so a
+      library's time and a kernel's carry the same protocol cost.
   candidate (_candidate, from a read-only kit of the evaluator's own files): confined by the one
       bubblewrap policy (ablate/sandbox/_bwrap.py), a fresh interpreter per evaluation. Its
       driver calls the kernel on the slots the judge names and reports where the outputs are;

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ablate.evaluate import _cache
+from ablate.evaluate._link import discard_library
 
 
 def ceilings(info: dict, note, measure, rate=None) -> dict:
@@ -165,6 +166,7 @@ def protocol_ms(ev, shape: dict) -> float:
             finally:
                 sj.close()
         except Exception as e:  # noqa: BLE001 (a library process that cannot start: said, as below)
+            discard_library(ev.device)
             ev.note(f"{sid}: the protocol's own cost could not be measured: {type(e).__name__}: {e}")
         low, high = PROTOCOL_RANGE_MS
         if found is None:  # no batch of a size was clean (another context ran): said, nothing taken off
@@ -189,8 +191,7 @@ def time_library(ev, shape: dict, name: str) -> float:
 
     cost = protocol_ms(ev, shape)  # first: it runs a function and slots of its own in the process
     lib = ev.library()
-    if lib.name != name:
-        lib.use(ev.op.name, ev.cfg.get("operator_node"), name)
+    lib.use(ev.op.name, ev.cfg.get("operator_node"), name)
     i = ev.shapes.index(shape)
     sj = ShapeJudge(ev, i, shape, lib.peer())
     sj.draws_per_batch = 1
@@ -232,4 +233,5 @@ def measure(ev, shape: dict, name: str, timer=None, probe=None) -> dict:
             out["contended"] = why
         return out
     except Exception as e:  # a broken library is reported, not fatal
+        discard_library(ev.device)  # and the process it broke in is not used again
         return {"error": f"raised {type(e).__name__}: {str(e)[:300]}"}

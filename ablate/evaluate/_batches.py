@@ -97,7 +97,7 @@ class GpuTiming:
             return None
         s = sorted(per_call)
         q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
-        return {"median": _median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": _median(windows),
+        return {"median": _median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": _median(sorted(windows)),
                 "batches": b, "voided": len(self.voided), "calls_per_batch": round(_median(sorted(sizes))),
                 "protocol_ms": protocol_ms}
 

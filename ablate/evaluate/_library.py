@@ -1,8 +1,8 @@
 """A library process: the baselines timed exactly as a candidate is, by the same driver (_candidate)
-in a process of the same kind (a fresh interpreter, the same environment), through the same
+in a process of the same kind (an interpreter of its own, the same environment), through the same
 messages and the same clock (_shape), so a library's time and a kernel's carry the same
 protocol cost and their ratio none of it. It runs trusted code only (the operator's registered
-baselines), so it is not confined.
+baselines), so it is not confined, and the judge keeps it across evaluations (_link).
 
     python -m ablate.evaluate._library FD
 
@@ -12,6 +12,7 @@ call and release as for a candidate; "done" ends it.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,7 +44,7 @@ class Library:
         if got is None or got[0].get("kind") != "hello":
             self.close()
             raise RuntimeError(f"the library process did not start: {self._err()}")
-        self.name = None
+        self.using = None  # (operator, node, name) of the function the calls run
 
     def _err(self) -> str:
         try:
@@ -54,11 +55,17 @@ class Library:
         return "no answer"
 
     def use(self, operator: str, node: dict | None, name: str) -> None:
+        """Let the following calls run `name` of `operator` (a library of one operator may share its
+        name with another's: the operator picks it too)."""
+        using = (operator, json.dumps(node, sort_keys=True), name)
+        if using == self.using:
+            return
+        self.using = None
         self.ch.send("library", operator=operator, node=node, name=name)
         got = self.ch.recv(600.0)
         if got is None or got[0].get("kind") != "ready":
             raise RuntimeError(str((got or [{}])[0].get("message") or self._err())[:2000])
-        self.name = name
+        self.using = using
 
     def peer(self):
         from ablate.evaluate._shape import Peer

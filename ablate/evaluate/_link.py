@@ -9,6 +9,18 @@ import time
 
 from ablate.evaluate import _channel
 
+# device -> the judge's library process: kept for the judge's life, not started per evaluation (it
+# runs the operators' registered baselines and a plain copy, never submitted code; a fresh
+# interpreter cost every evaluation about 1.3 s on a CPU)
+_LIBRARIES: dict = {}
+
+
+def discard_library(device: str) -> None:
+    """End the library process after a failure in it: its state is unknown, the next use starts one."""
+    lib = _LIBRARIES.pop(device, None)
+    if lib is not None:
+        lib.close()
+
 
 class CandidateLink:
     def next_message(self, limit: float | None = None):
@@ -105,9 +117,10 @@ class CandidateLink:
         return self._kernels
 
     def library(self):
-        """The judge's library process (_library), started on first use."""
-        if getattr(self, "_library", None) is None or self._library.proc.poll() is not None:
+        """The judge's library process (_library): started on first use, kept across evaluations."""
+        lib = _LIBRARIES.get(self.device)
+        if lib is None or lib.proc.poll() is not None:
             from ablate.evaluate._library import Library
 
-            self._library = Library(self.device)
-        return self._library
+            lib = _LIBRARIES[self.device] = Library(self.device)
+        return lib
