@@ -14,6 +14,14 @@ One JSON file (DIR/primitives.json) and a summary on stdout:
   kernel's outputs are readable by the judge where they were written;
 - batch: a gated batch of torch's rms_norm on distinct inputs, timed by the judge's clock, beside
   triton.testing.do_bench and do_bench_cudagraph of the same call.
+
+    python -m benchmarks.judge_clock compare --operators rmsnorm softmax gemm --shapes public --out DIR
+    python -m benchmarks.judge_clock fusion --shapes smoke public --out DIR
+
+compare: a library's judged time and an honest kernel's against do_bench (DIR/compare.json).
+fusion: what the hole docs/evaluator.md states is worth, on RMSNorm: a batch run as one launch
+decided on the device (tests/ablate/evaluate/kernels/fused_batch.py) against the same kernel
+launched by each call, both judged (DIR/fusion.json): the judged time a call of each, per shape.
 """
 from __future__ import annotations
 
@@ -427,6 +435,44 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
     return res
 
 
+def fusion(out: Path, shape_sets: list[str]) -> dict:
+    """RMSNorm's batch run as one on the device (FUSE = True) and the same kernel call by call
+    (FUSE = False), judged on each shape set: per shape, both judged times a call, and their ratio
+    (what the fusion gains, undetected)."""
+    import tempfile
+
+    import torch
+    import triton
+
+    from ablate.evaluate import evaluate
+
+    fused = Path(__file__).resolve().parent.parent / "tests" / "ablate" / "evaluate" / "kernels" / "fused_batch.py"
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "command": " ".join(sys.argv), "rows": []}
+    with tempfile.TemporaryDirectory() as d:
+        apart = Path(d) / "kernel.py"
+        text = fused.read_text()
+        if "\nFUSE = True\n" not in text:
+            raise SystemExit(f"{fused} has no line `FUSE = True` to turn off: the comparison needs it")
+        apart.write_text(text.replace("\nFUSE = True\n", "\nFUSE = False\n"))
+        for shapes in shape_sets:
+            judged = {}
+            for key, path in (("apart", apart), ("fused", fused)):
+                judged[key] = evaluate("rmsnorm", path, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
+                (out / f"fusion-{shapes}-{key}.json").write_text(json.dumps(judged[key], indent=1))
+            for ra, rf in zip(judged["apart"]["shapes"], judged["fused"]["shapes"]):
+                a, f = (ra.get("time_ms") or {}).get("median"), (rf.get("time_ms") or {}).get("median")
+                row = {"shapes": shapes, "shape": ra["shape_id"], "apart_ms": a, "fused_ms": f,
+                       "apart_verdict": judged["apart"]["verdict"], "fused_verdict": judged["fused"]["verdict"],
+                       "reasons": [judged["apart"]["reasons"], judged["fused"]["reasons"]],
+                       "calls_per_batch": (rf.get("time_ms") or {}).get("calls_per_batch"),
+                       "gain": a / f if a and f else None}
+                res["rows"].append(row)
+                print(json.dumps(row), flush=True)
+            (out / "fusion.json").write_text(json.dumps(res, indent=1))
+    return res
+
+
 def main(argv=None) -> int:
     if argv is None:
         argv = sys.argv[1:]
@@ -434,16 +480,18 @@ def main(argv=None) -> int:
         child(argv[1], int(argv[2]))
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["primitives", "compare"])
+    p.add_argument("what", choices=["primitives", "compare", "fusion"])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--sandbox", action="store_true", help="children in their own PID namespace (bwrap)")
     p.add_argument("--only", nargs="*", default=[], help="sections to run (default: all)")
     p.add_argument("--operators", nargs="*", default=list(LIBRARIES), help="compare: operators")
-    p.add_argument("--shapes", default="eval", help="compare: shape set")
+    p.add_argument("--shapes", nargs="+", default=["eval"], help="compare: a shape set; fusion: shape sets")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.what == "compare":
-        compare(a.out, a.operators, a.shapes)
+        compare(a.out, a.operators, a.shapes[0])
+    elif a.what == "fusion":
+        fusion(a.out, a.shapes)
     else:
         primitives(a.out, a.sandbox, a.only)
     return 0

@@ -1,6 +1,7 @@
 """The judge's evidence from outside the candidate (ablate/evaluate/_shape.py, _exchange.py): outputs
 read where the kernel wrote them, descriptions of them checked before any read, the time taken by
 the judge, and the kernels that beat the candidate-side versions of these defences."""
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +9,8 @@ import torch
 
 from ablate.evaluate import _exchange
 from ablate.evaluate._shape import Peer, ShapeJudge
+
+KERNELS = Path(__file__).parent / "kernels"
 
 
 # -- descriptions of memory, checked ----------------------------------------------------------------
@@ -134,6 +137,24 @@ def test_a_call_reaches_no_other_calls_inputs_through_its_own(judged):
     """A batch's inputs are all in place before its gate opens: an input whose storage held the
     other slots would let a kernel run the batch as one launch (kernels/lookahead.py raises if so)."""
     r = judged("lookahead")
+    assert r["verdict"] == "accepted", r["details"]
+
+
+def test_a_batch_run_as_one_is_caught_on_a_cpu_and_its_call_by_call_twin_is_accepted(judged, tmp_path):
+    """kernels/fused_batch.py runs a batch's calls as one launch decided on the device: on a GPU
+    nothing detects it (docs/evaluator.md; `benchmarks/judge_clock.py fusion` measures what it
+    gains). On a CPU each output is copied as its call returns, so the calls that launched nothing
+    show their outputs unwritten. Its FUSE = False twin, what the GPU benchmark compares it with,
+    is an honest kernel."""
+    from ablate.evaluate import evaluate
+
+    r = judged("fused_batch")
+    assert r["verdict"] == "rejected" and r["reasons"] == ["stale_output"], r["details"]
+    text = (KERNELS / "fused_batch.py").read_text()
+    assert "\nFUSE = True\n" in text  # the line the benchmark turns off
+    twin = tmp_path / "kernel.py"
+    twin.write_text(text.replace("\nFUSE = True\n", "\nFUSE = False\n"))
+    r = evaluate("rmsnorm", twin, shapes="smoke", seed=7)
     assert r["verdict"] == "accepted", r["details"]
 
 
