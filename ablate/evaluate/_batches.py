@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from statistics import median
 
 from ablate.evaluate import _exchange
 
@@ -97,8 +98,8 @@ class GpuTiming:
             return None
         s = sorted(per_call)
         q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
-        return {"median": _median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": _median(sorted(windows)),
-                "batches": b, "voided": len(self.voided), "calls_per_batch": round(_median(sorted(sizes))),
+        return {"median": median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": median(windows),
+                "batches": b, "voided": len(self.voided), "calls_per_batch": round(median(sizes)),
                 "protocol_ms": protocol_ms}
 
     def protocol_cost(self) -> float | None:
@@ -122,7 +123,7 @@ class GpuTiming:
                     windows.append(got[0])
         if not one or not many:
             return None
-        w1, wn = _median(sorted(one)), _median(sorted(many))
+        w1, wn = median(one), median(many)
         return (PROTOCOL_CALLS * w1 - wn) / (PROTOCOL_CALLS - 1)  # may be slightly negative: noise
 
     def gpu_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
@@ -205,11 +206,6 @@ class GpuTiming:
             self.slots.raw[_exchange.MARKER:_exchange.MARKER + 4].view(self.torch.int32).fill_(b)
         side.synchronize()
         self.torch.cuda.synchronize()
-
-
-def _median(s: list[float]) -> float:
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def _gone(why: str):

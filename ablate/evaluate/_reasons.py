@@ -3,8 +3,8 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
-# 11: a timed batch's length drawn per batch and its last call always checked; a call's inputs a
-#     storage of their own bytes;
+# 11: a timed batch's length drawn per batch and its last call always checked; each input of a
+#     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
 VERSION = "11"
