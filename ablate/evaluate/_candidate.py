@@ -407,8 +407,11 @@ class _nothing:
         return False
 
 
-def prepare(device_request: str):
-    """Imports and captures, before any submitted code: returns (torch, device, snapshot, pool)."""
+def prepare(device_request: str, watch: bool = True):
+    """Imports and captures, before any submitted code: returns (torch, device, snapshot, pool).
+    watch: the driver will watch dispatched operators (OpWatch; a candidate's, not the library
+    process's): its profiler's first start, about a second of setup, is taken now, in a process
+    started ahead of its evaluation, instead of in the first call the judge waits for."""
     import torch
 
     from ablate.evaluate import _gpu
@@ -424,6 +427,9 @@ def prepare(device_request: str):
             triton.runtime.driver.active.get_current_target()  # in this evaluation's fresh cache
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
+    if watch:
+        with OpWatch(("(warm-up)",)).watch():
+            pass
     pool = None
     if device == "cuda":
         import torch.multiprocessing.reductions  # noqa: F401  (the driver's weak references to outputs)

@@ -356,10 +356,12 @@ class Candidate:
         """(pid, program, kind) of each process in the candidate's tree other than its one Python
         interpreter (the first met from the root), its sandbox, and the compilers and build tools
         its libraries start (BUILD_TOOLS, from system or toolchain directories). kind: "program";
-        "python" (maybe a child between fork and exec, a compiler's subprocess: the supervisor
-        counts one only when it is still there later); "probe" (torch.compile's load check,
-        _guard.dlopen_only, which a busy machine can take a while to run)."""
-        found, main = [], False
+        "copy" (a Python with the interpreter's own command line, or none readable: maybe a child
+        between fork and exec, a compiler's subprocess, which the supervisor counts only when it is
+        still there later); "python" (a Python exec'd with a command line of its own); "probe"
+        (torch.compile's load check, _guard.dlopen_only, which a busy machine can take a while to
+        run)."""
+        found, main, main_argv = [], False, None
         trusted = SYSTEM_PROGRAMS + tuple(os.path.join(p, "") for p in {sys.prefix, sys.base_prefix})
         for p in self.processes():
             exe = program(p)
@@ -369,13 +371,18 @@ class Candidate:
             base = os.path.basename(exe)
             python = base.startswith("python") or os.path.realpath(exe) == self.python
             if base == "bwrap" or (python and not main):
-                main = main or python
+                if python:
+                    main, main_argv = True, _argv(p)
                 continue
             if not python and "/" not in exe:
                 continue  # gone before its path could be read (only its name): nothing left to judge
             if not python and os.path.realpath(exe).startswith(trusted) and self._build_step(p, exe):
                 continue
-            found.append((p, exe, ("probe" if _load_probe(p) else "python") if python else "program"))
+            kind = "program"
+            if python:
+                argv = _argv(p)  # a copy of the interpreter is not dumpable either: its command line reads empty
+                kind = "probe" if _load_probe(p) else "copy" if argv in (None, [b""], main_argv) else "python"
+            found.append((p, exe, kind))
         return found
 
     @staticmethod

@@ -241,12 +241,17 @@ def _protocol_violation(base: dict, msg: dict, phases: dict) -> dict:
 
 
 # How long a process may be seen in the candidate's tree before it is a helper, by kind
-# (_servers.helpers): any other program at once; a second Python only once the same process is
-# still a Python 1 s later (between fork and exec a compiler's subprocess, gcc or ptxas, is
-# briefly a copy of the interpreter, and an honest kernel must not be rejected for the moment the
-# supervisor looked: with two test suites on two cores, torch.compile's kernel outlived 0.1 s); torch.compile's load checks (a Python that only dlopens a file) for 10 s
-# from the first one seen, all of them together: a chain of short-lived "probes" gets no more.
-GRACE_S = {"program": 0.0, "python": 1.0, "probe": 10.0}
+# (_servers.helpers): any other program, and a Python exec'd with a command line of its own, at
+# once; a copy of the candidate's interpreter (its command line, or none readable: the candidate is
+# not dumpable, nor its children until they exec) only once the same process is still there 1 s
+# later (between fork and exec a compiler's subprocess, gcc or ptxas, is briefly such a copy, and
+# an honest kernel must not be rejected for the moment the supervisor looked: with two test suites
+# on two cores, torch.compile's kernel outlived 0.1 s). The grace is for copies alone: a helper
+# Python given it went unseen whenever the evaluation ended within the second, as a copy still
+# does (one running a pre-exec function; docs/evaluator.md). torch.compile's load checks (a Python
+# that only dlopens a file) for 10 s from the first one seen, all of them together: a chain of
+# short-lived "probes" gets no more.
+GRACE_S = {"program": 0.0, "python": 0.0, "copy": 1.0, "probe": 10.0}
 
 
 def _lasting_helpers(found, pythons: dict, now: float) -> set[str]:

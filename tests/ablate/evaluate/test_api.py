@@ -152,6 +152,32 @@ def test_each_candidate_is_a_fresh_interpreter(kernels, name, reason):
         assert "signal 11" in r["details"]["crash"]
 
 
+def test_a_candidates_op_watch_starts_its_profiler_before_the_submission_exists():
+    """The watch of dispatched operators starts a profiler every batch; its first start is about a
+    second of setup, which a candidate process takes while it waits for its evaluation (it is
+    started ahead), not in the first call the judge waits for. The library process, which watches
+    nothing, skips it."""
+    import subprocess
+    import sys
+
+    code = (
+        "from ablate.evaluate import _candidate\n"
+        "seen = []\n"
+        "class Spy(_candidate.OpWatch):\n"
+        "    def watch(self):\n"
+        "        seen.append(sorted(self.watched))\n"
+        "        return super().watch()\n"
+        "_candidate.OpWatch = Spy\n"
+        "_candidate.prepare('cpu')\n"
+        "print(len(seen))\n"
+        "_candidate.prepare('cpu', watch=False)\n"
+        "print(len(seen))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "1"]
+
+
 @pytest.mark.parametrize("name", sorted(__import__("operators").REGISTRY))
 def test_every_registered_operator_is_judged(tmp_path, name):
     """The reference's own source (what the agent is shown), submitted as the kernel: right on
@@ -243,20 +269,22 @@ def test_an_unconfined_evaluation_is_recorded_and_warned(monkeypatch, kernels, c
 
 def test_a_python_seen_once_between_fork_and_exec_is_no_helper_one_that_stays_is():
     """A compiler's subprocess is a copy of the interpreter until it execs: seen at that moment it
-    looks like a second Python. Only one still there GRACE_S["python"] later counts (the daemon test
-    above failed about once a run before this); any other program counts at once; torch.compile's
-    load check gets GRACE_S["probe"] (on busy cores it outlived 0.1 s and an honest kernel was
-    rejected), and counts all the same past it."""
+    looks like a second Python with the candidate's own command line (a "copy"). Only one still
+    there GRACE_S["copy"] later counts (the daemon test above failed about once a run before
+    this); a Python with a command line of its own, and any other program, count at once;
+    torch.compile's load check gets GRACE_S["probe"] (on busy cores it outlived 0.1 s and an
+    honest kernel was rejected), and counts all the same past it."""
     from ablate.evaluate._supervisor import GRACE_S, _lasting_helpers
 
     pythons: dict = {}
-    assert _lasting_helpers([(41, "/usr/bin/python3", "python")], pythons, 10.0) == set()
+    assert _lasting_helpers([(41, "/usr/bin/python3", "copy")], pythons, 10.0) == set()
     assert _lasting_helpers([], pythons, 10.02) == set()  # it exec'd a system program: gone from the list
-    assert _lasting_helpers([(42, "/usr/bin/python3", "python")], pythons, 10.04) == set()
-    assert _lasting_helpers([(42, "/usr/bin/python3", "python")], pythons, 10.05 + GRACE_S["python"]) == {"/usr/bin/python3"}
+    assert _lasting_helpers([(42, "/usr/bin/python3", "copy")], pythons, 10.04) == set()
+    assert _lasting_helpers([(42, "/usr/bin/python3", "copy")], pythons, 10.05 + GRACE_S["copy"]) == {"/usr/bin/python3"}
     assert _lasting_helpers([(43, "/work/tmp/helper", "program")], pythons, 11.0) == {"/work/tmp/helper"}
+    assert _lasting_helpers([(45, "/usr/bin/python3", "python")], pythons, 11.5) == {"/usr/bin/python3"}
     assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0) == set()
-    assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0 + GRACE_S["python"] + 1) == set()
+    assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0 + GRACE_S["copy"] + 1) == set()
     assert _lasting_helpers([(44, "/usr/bin/python3", "probe")], pythons, 12.0 + GRACE_S["probe"]) == {"/usr/bin/python3"}
     # a chain of probes, each short-lived: the grace runs from the first
     chain: dict = {}
