@@ -1,0 +1,56 @@
+"""What a warm evaluation costs, phase by phase, on the machine at hand (a GPU, or the CPU's
+Triton interpreter).
+
+    python -m benchmarks.evaluation_cost --kernel tests/ablate/evaluate/kernels/honest_triton.py \
+        --operator rmsnorm --shapes smoke --repeats 3 [--pause 0] [--out FILE]
+
+Evaluates one kernel --repeats times in one process, --pause seconds apart (an agent thinks
+between evaluations, so the candidate process started ahead is ready by the next), and prints one
+JSON line per evaluation: its wall seconds, `phase_seconds` and each shape's `seconds`. The first
+is cold (the judge and its library process start). --out writes the lines and the machine to FILE.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kernel", type=Path, required=True)
+    p.add_argument("--operator", default="rmsnorm")
+    p.add_argument("--shapes", default="smoke")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--pause", type=float, default=0.0)
+    p.add_argument("--out", type=Path)
+    a = p.parse_args(argv)
+    import torch
+
+    from ablate.evaluate import evaluate
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines = [{"command": " ".join(sys.argv), "commit": commit, "machine": platform.processor() or platform.machine(),
+              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "torch": torch.__version__}]
+    print(json.dumps(lines[0]), flush=True)
+    for i in range(a.repeats):
+        if i and a.pause:
+            time.sleep(a.pause)
+        t0 = time.perf_counter()
+        r = evaluate(a.operator, a.kernel, shapes=a.shapes, seed=i)
+        row = {"evaluation": i, "verdict": r["verdict"], "wall_s": round(time.perf_counter() - t0, 3),
+               "phase_seconds": r.get("phase_seconds"), "shapes": [s.get("seconds") for s in r["shapes"]]}
+        lines.append(row)
+        print(json.dumps(row), flush=True)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
