@@ -1,0 +1,17 @@
+"""benchmarks/evaluation_cost.py on the CPU: one line per evaluation with its phases, and the
+machine and command first."""
+import json
+from pathlib import Path
+
+from benchmarks import evaluation_cost
+
+KERNEL = Path(__file__).resolve().parents[1] / "ablate" / "evaluate" / "kernels" / "honest_triton.py"
+
+
+def test_each_evaluation_is_a_line_with_its_phases(tmp_path):
+    out = tmp_path / "cost.jsonl"
+    assert evaluation_cost.main(["--kernel", str(KERNEL), "--repeats", "2", "--out", str(out)]) == 0
+    head, *rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "command" in head and "torch" in head
+    assert [r["evaluation"] for r in rows] == [0, 1] and all(r["verdict"] == "accepted" for r in rows)
+    assert all(r["phase_seconds"]["candidate"] > 0 and len(r["shapes"]) == 2 for r in rows)
