@@ -11,7 +11,7 @@ from ablate.evaluate import _channel
 
 # device -> the judge's library process: kept for the judge's life, not started per evaluation (it
 # runs the operators' registered baselines and a plain copy, never submitted code; a fresh
-# interpreter cost every evaluation about 1.3 s on a CPU)
+# interpreter cost every evaluation about 1.6 s on a CPU: benchmarks/results/evaluation-cost-cpu)
 _LIBRARIES: dict = {}
 
 

@@ -136,9 +136,10 @@ def _script(pid: int) -> str | None:
     return argv[1].decode(errors="replace") if argv and len(argv) > 1 and argv[1] and not argv[1].startswith(b"-") else None
 
 
-def _load_probe(pid: int) -> bool:
-    """Whether a process's command line is `PYTHON -c CODE` with CODE only dlopening a file."""
-    argv = _argv(pid)
+def _load_probe(pid: int, argv: list[bytes] | None = None) -> bool:
+    """Whether a process's command line (argv, when already read) is `PYTHON -c CODE` with CODE
+    only dlopening a file."""
+    argv = _argv(pid) if argv is None else argv
     return argv is not None and len(argv) == 3 and argv[1] == b"-c" and dlopen_only(argv[2].decode(errors="replace"))
 
 
@@ -381,7 +382,7 @@ class Candidate:
             kind = "program"
             if python:
                 argv = _argv(p)  # a copy of the interpreter is not dumpable either: its command line reads empty
-                kind = "probe" if _load_probe(p) else "copy" if argv in (None, [b""], main_argv) else "python"
+                kind = "probe" if _load_probe(p, argv) else "copy" if argv in (None, [b""], main_argv) else "python"
             found.append((p, exe, kind))
         return found
 

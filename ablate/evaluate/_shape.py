@@ -16,8 +16,8 @@ Timing on a GPU (a batch, all on the judge's stream but the peer's calls):
   batch's last, and others drawn now), stamp, witness. The batch's time is t1 - t0 over its calls;
   its length is drawn per batch (_batches.batch_length), so no call knows it ends the batch. A
   witness that saw another context's work, or a copy into the slots much slower than at the start,
-  voids the batch: work started before t0 or left after t1. The drawn calls' outputs must be right for their exact
-  inputs (stale_output), and their inputs unchanged (input_mutated).
+  voids the batch: work started before t0 or left after t1. The checked calls' outputs must be
+  right for their exact inputs (stale_output), and their inputs unchanged (input_mutated).
 On a CPU (Triton's interpreter), the judge's clock is the message round trip of a batch; the
 peer copies the outputs' raw bytes where the judge reads them before it answers.
 """
