@@ -137,8 +137,7 @@ def _script(pid: int) -> str | None:
 
 
 def _load_probe(pid: int, argv: list[bytes] | None = None) -> bool:
-    """Whether a process's command line (argv, when already read) is `PYTHON -c CODE` with CODE
-    only dlopening a file."""
+    """Whether a process's command line (argv, if read) is `PYTHON -c CODE`, CODE only dlopening a file."""
     argv = _argv(pid) if argv is None else argv
     return argv is not None and len(argv) == 3 and argv[1] == b"-c" and dlopen_only(argv[2].decode(errors="replace"))
 
