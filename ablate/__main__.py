@@ -20,7 +20,7 @@ import ablate.config  # noqa: F401 - registers the config schemas Hydra composes
 from ablate.errors import AblateError
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="pkg://ablate.conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from ablate import runner
 

@@ -68,3 +68,19 @@ def test_an_import_from_a_lower_layer_to_a_higher_one_is_found():
 def test_no_module_passes_500_lines():
     long = {str(f.relative_to(ROOT)): n for f in sources() if (n := len(f.read_text().splitlines())) > 500}
     assert not long, long
+
+
+def test_every_config_file_is_package_data_so_an_installed_cli_finds_it():
+    """`python -m ablate` reads its configs as the package `ablate.conf` (pkg://), so a file under
+    conf/ that no package-data pattern matches is missing from a wheel: the CLI then fails wherever
+    the package is installed but in a checkout."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setup["package-dir"]["ablate.conf"] == "conf" and "ablate.conf" in setup["packages"]
+    conf = ROOT / "conf"
+    shipped = {f for g in setup["package-data"]["ablate.conf"] + setup["package-data"].get("*", []) for f in conf.glob(g)}
+    missing = [p.relative_to(conf) for p in conf.rglob("*") if p.is_file() and p.suffix != ".py"
+               and "__pycache__" not in p.parts and p not in shipped]
+    assert not missing, f"not package data, so not installed: {missing}"
+    assert 'config_path="pkg://ablate.conf"' in (ROOT / "ablate" / "__main__.py").read_text()
