@@ -6,8 +6,9 @@ Triton interpreter).
 
 Evaluates one kernel --repeats times in one process, --pause seconds apart (an agent thinks
 between evaluations, so the candidate process started ahead is ready by the next), and prints one
-JSON line per evaluation: its wall seconds, `phase_seconds` and each shape's `seconds`. The first
-is cold (the judge and its library process start). --out writes the lines and the machine to FILE.
+JSON line per evaluation: its wall seconds, `phase_seconds`, and each shape's `seconds`, judged time
+(`time_ms`) and library times (`baselines_ms`). The first is cold (the judge and its library
+process start). --out writes the lines and the machine to FILE.
 """
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         r = evaluate(a.operator, a.kernel, shapes=a.shapes, seed=i)
         row = {"evaluation": i, "verdict": r["verdict"], "wall_s": round(time.perf_counter() - t0, 3),
-               "phase_seconds": r.get("phase_seconds"), "shapes": [s.get("seconds") for s in r["shapes"]]}
+               "phase_seconds": r.get("phase_seconds"), "shapes": [s.get("seconds") for s in r["shapes"]],
+               "time_ms": [(s.get("time_ms") or {}).get("median") for s in r["shapes"]],
+               "baselines_ms": [s.get("baselines_ms") for s in r["shapes"]]}
         lines.append(row)
         print(json.dumps(row), flush=True)
     if a.out:

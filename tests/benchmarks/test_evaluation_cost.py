@@ -15,3 +15,4 @@ def test_each_evaluation_is_a_line_with_its_phases(tmp_path):
     assert "command" in head and "torch" in head
     assert [r["evaluation"] for r in rows] == [0, 1] and all(r["verdict"] == "accepted" for r in rows)
     assert all(r["phase_seconds"]["candidate"] > 0 and len(r["shapes"]) == 2 for r in rows)
+    assert all(len(r["time_ms"]) == 2 and all(b["torch_eager"] > 0 for b in r["baselines_ms"]) for r in rows)

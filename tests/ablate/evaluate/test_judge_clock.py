@@ -193,7 +193,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "11"
+    assert r["evaluator_version"] == "12"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 
@@ -436,6 +436,34 @@ def test_the_protocols_cost_is_nothing_on_a_cpu():
     from ablate.evaluate import _baselines
 
     assert _baselines.protocol_ms(SimpleNamespace(device="cpu"), {"M": 1}) == 0.0
+
+
+def test_a_cpu_timing_leaves_out_a_first_call_on_the_shape(monkeypatch):
+    """On a CPU a library's first call on a shape (its process checks nothing before timing) took
+    up to twice a warm call's time, which a candidate warm from its checked calls gained as
+    speedup: the judge's clock starts after one untimed call, for any peer alike."""
+    from ablate.evaluate import _shape
+
+    clock, sent = [0.0], []
+
+    def send(kind, batch, calls, **_):  # the stand-in peer: its first call takes a second, the rest 1 ms
+        sent.append((batch, len(calls)))
+        clock[0] += sum(1.0 if len(sent) == 1 and k == 0 else 0.001 for k in range(len(calls)))
+
+    monkeypatch.setattr(_shape.time, "perf_counter", lambda: clock[0])
+    sj = object.__new__(ShapeJudge)
+    sj.i, sj.entry_plan, sj.slots = 0, None, SimpleNamespace(count=8, place=lambda *a: None)
+    sj.peer = SimpleNamespace(send=send)
+    sj.timed_inputs = lambda b, j: ((b, j), "timed")
+    sj.call_msg = lambda ks: [{} for _ in ks]
+    sj.receive_called = lambda b: {"batch": b, "calls": []}
+    sj.failures_of = lambda msg, fails, prefix: None
+    checked = []
+    sj.check_timed = lambda msg, staged, drawn, fails: checked.append([ins for ins, _ in staged]) or True
+    got = ShapeJudge.time_cpu(sj, {})
+    assert sent == [(1, 1), (2, _shape.CPU_CALLS)]
+    assert got["median"] == pytest.approx(1.0) and got["n"] == _shape.CPU_CALLS  # ms a call, the cold one left out
+    assert checked == [[(1, 0)], [(2, j) for j in range(_shape.CPU_CALLS)]]  # every call's outputs checked, fresh inputs
 
 
 def test_the_witness_is_longer_than_two_time_slices_as_measured():
