@@ -1,5 +1,5 @@
 """Runs a timed batch's calls as one, decided on the device: the hole docs/evaluator.md states,
-kept to measure it (benchmarks/batch_fusion.py), not a defence's test. Every call of a batch is
+kept to measure it (`python -m benchmarks.judge_clock fusion`), not a defence's test. Every call of a batch is
 queued before the gate opens, so when the first call's kernels run every later call's addresses
 are settled. Each call writes its input and output addresses into a table in pinned host memory
 and returns its output; the batch's first call launches a copy of that table to the device and one
