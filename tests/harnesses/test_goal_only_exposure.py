@@ -116,12 +116,13 @@ def _install_and_probe(base):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for pkg in (*ours, "hydra_plugins"):  # the folders pyproject maps to ablate.*
+    for pkg in (*ours, "conf", "hydra_plugins"):  # the folders pyproject maps to ablate.*
         shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
                     "--target", str(site), str(src)], check=True, capture_output=True, timeout=240)
     assert (site / "ablate" / "harnesses" / "knowledge" / "row-reductions.md").is_file()
-    assert not any((site / name).exists() for name in ("harnesses", "operators", "ablations", "analysis"))  # one name
+    assert not any((site / name).exists() for name in ("harnesses", "operators", "ablations", "analysis", "conf"))  # one name
+    assert (site / "ablate" / "conf" / "model" / "scripted.yaml").is_file()
     assert (site / "ablate" / "harnesses" / "scripted" / "templates" / "rmsnorm.py").is_file()
     assert (site / "torch").exists()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
