@@ -101,6 +101,13 @@ def installed():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _mapped_folders() -> list[str]:
+    """The folders pyproject maps to packages (ablate.*, hydra_plugins), read where they are set."""
+    import tomllib
+
+    return sorted(set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()))
+
+
 def _install_and_probe(base):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], check=True, timeout=120)
     python = base / "venv" / "bin" / "python"
@@ -116,7 +123,7 @@ def _install_and_probe(base):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for pkg in (*ours, "conf", "hydra_plugins"):  # the folders pyproject maps to ablate.*
+    for pkg in _mapped_folders():
         shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
                     "--target", str(site), str(src)], check=True, capture_output=True, timeout=240)
