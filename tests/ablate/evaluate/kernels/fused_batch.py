@@ -1,7 +1,7 @@
 """Runs a timed batch's calls as one, decided on the device: the hole docs/evaluator.md states,
-kept to measure it (`python -m benchmarks.judge_clock fusion`), not a defence's test. Every call of a batch is
-queued before the gate opens, so when the first call's kernels run every later call's addresses
-are settled. Each call writes its input and output addresses into a table in pinned host memory
+kept to measure it (`python -m benchmarks.judge_clock fusion`), not a defence's test. Every call
+of a batch is queued before the gate opens, so when the first call's kernels run every later
+call's addresses are settled. Each call writes its input and output addresses into a table in pinned host memory
 and returns its output; the batch's first call launches a copy of that table to the device and one
 kernel over all its calls, and the others launch nothing. The calls' outputs are all right when
 the batch ends. On a CPU the interpreter runs those kernels at their launch, when the table holds
