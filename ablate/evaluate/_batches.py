@@ -64,6 +64,11 @@ class GpuTiming:
     """ShapeJudge's GPU timing (it supplies peer, slots, kernels, words, stream, call_msg,
     receive_called, outputs, check_timed, failures_of, timed_inputs, draw and spending)."""
 
+    # gpu_batch's state, here so that any caller of it starts from them (protocol_cost once did not:
+    # an AttributeError on the H200 left every time with the protocol's cost in it); time_gpu resets them
+    fill_ns: float | None = None
+    max_n: int = 1 << 20
+
     def time_gpu(self, fails: dict, protocol_ms: float = 0.0) -> dict | None:
         """Batches on the judge's clock until BUDGET_MS of calls are timed (see the docstring). The
         first clean batch (two calls) is a warm-up that sizes the rest; it is not counted.
@@ -128,8 +133,23 @@ class GpuTiming:
 
     def gpu_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
         """One gated batch of n calls: (window ms, why it is void or None), or None when the kernel
-        failed (fails says why). Everything after the peer's calls are queued is queued on the
-        judge's stream at once; the host only waits for it."""
+        failed (fails says why). The first clean batch's copy-in time is the yardstick for later
+        ones (fill_ns); a batch whose calls could not all be queued caps later batches (max_n)."""
+        got = self.run_batch(b, n, fails, est_ms)
+        if got is None:
+            return None
+        words, queued = got
+        window, why, fill = batch_verdict(words, n, self.fill_ns, queued)
+        if self.fill_ns is None:
+            self.fill_ns = fill
+        if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
+            self.max_n = max(1, n // 4)
+        return window, why
+
+    def run_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
+        """The device's part of gpu_batch: (the judge's words, whether every call was queued before
+        the gate opened), or None when the kernel failed. Everything after the peer's calls are
+        queued is queued on the judge's stream at once; the host only waits for it."""
         from ablate.evaluate import _cuda
 
         torch, k, w, st = self.torch, self.kernels, self.words, self.stream
@@ -191,12 +211,7 @@ class GpuTiming:
             return None
         if not self.check_timed(msg, staged, drawn, fails, snap):
             return None
-        window, why, fill = batch_verdict(words, n, self.fill_ns, queued)
-        if self.fill_ns is None:
-            self.fill_ns = fill
-        if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
-            self.max_n = max(1, n // 4)
-        return window, why
+        return words, queued
 
     def _release(self, b: int) -> None:
         """Set the marker from the host (a stream of its own), so the judge's stream waiting on it

@@ -3,12 +3,14 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 13: the protocol's own cost a batch measured at last on a GPU (version 10's never was: it always
+#     came out unmeasured, so 0 was taken off)
 # 12: a CPU timing starts after one untimed call on the shape (a library was timed cold)
 # 11: a timed batch's length drawn per batch and its last call always checked; each input of a
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "12"
+VERSION = "13"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

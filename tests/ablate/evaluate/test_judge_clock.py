@@ -193,7 +193,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "12"
+    assert r["evaluator_version"] == "13"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 
@@ -237,17 +237,22 @@ def test_a_batch_whose_calls_were_not_queued_before_the_gate_is_void():
     assert "not all queued" in batch_verdict(_words(), 10, 10_000, queued=False)[1]
 
 
+def _batch_words(window_ms: float, n: int, void: bool = False) -> tuple[list[int], bool]:
+    """What GpuTiming.run_batch hands back for a clean batch of n calls (or one a witness voided)."""
+    return _words(window_ns=round(window_ms * 1e6), fill_ns=10_000 * n, gap_at=16 if void else None), True
+
+
 class _Batches:
-    """GpuTiming over a stand-in device: a batch of n calls takes n * call_ms + protocol_ms."""
+    """GpuTiming over a stand-in device: a batch of n calls takes n * call_ms + protocol_ms. Only
+    the device's part (run_batch) is stood in for: gpu_batch's own bookkeeping runs as on a GPU."""
 
     def __new__(cls, call_ms, protocol_ms, void_every=0):
         from ablate.evaluate._batches import GpuTiming
 
         class Fake(GpuTiming):
-            def gpu_batch(self, b, n, fails, est_ms):
+            def run_batch(self, b, n, fails, est_ms):
                 self.sizes.append(n)
-                void = void_every and b % void_every == 0
-                return n * call_ms + protocol_ms, ("another context ran" if void else None)
+                return _batch_words(n * call_ms + protocol_ms, n, void=bool(void_every and b % void_every == 0))
 
         t = Fake()
         t.slots, t.voided, t.sizes = SimpleNamespace(count=64), [], []
@@ -282,8 +287,8 @@ def test_the_wall_time_is_the_median_of_the_batches_windows_in_whatever_order_th
     extra = iter([0.0] + [0.0] * 9 + [6.4, 6.4] + [0.0] * 9)
 
     class Uneven(_Batches.__new__(_Batches, 0.05, 0.0).__class__):
-        def gpu_batch(self, b, n, fails, est_ms):
-            return n * 0.05 + next(extra), None
+        def run_batch(self, b, n, fails, est_ms):
+            return _batch_words(n * 0.05 + next(extra), n)
 
     t = Uneven()
     t.slots, t.voided, t.sizes = SimpleNamespace(count=64), [], []
@@ -316,14 +321,14 @@ class _Deferring(_Batches.__new__(_Batches, 0.05, 0.35).__class__):
     learned = None
     draw, draws_per_batch = ShapeJudge.draw, 3
 
-    def gpu_batch(self, b, n, fails, est_ms):
+    def run_batch(self, b, n, fails, est_ms):
         written = n if self.learned is None else n // self.learned * self.learned
         if n > 2:
             self.learned = n
         if any(j >= written for j in self.draw(n)):
             fails.setdefault("stale_output", "timed call: unwritten")
             return None
-        return super().gpu_batch(b, n, fails, est_ms)
+        return super().run_batch(b, n, fails, est_ms)
 
 
 def test_work_left_to_the_call_expected_to_end_a_batch_is_caught(monkeypatch):
