@@ -64,8 +64,8 @@ class GpuTiming:
     """ShapeJudge's GPU timing (it supplies peer, slots, kernels, words, stream, call_msg,
     receive_called, outputs, check_timed, failures_of, timed_inputs, draw and spending)."""
 
-    # gpu_batch's state, here so that any caller of it starts from them (protocol_cost once did not:
-    # an AttributeError on the H200 left every time with the protocol's cost in it); time_gpu resets them
+    # gpu_batch's state, defaulted here so every caller (time_gpu, which resets it, and protocol_cost)
+    # starts from it
     fill_ns: float | None = None
     max_n: int = 1 << 20
 
