@@ -125,16 +125,24 @@ def test_a_candidate_that_kills_its_parent_is_rejected_and_the_next_evaluation_w
     assert judged("honest_torch", draws=1, seed=9)["verdict"] == "accepted"
 
 
+# this test process's own sleeper (fixed width: no other run's marker contains it), so a run of the
+# suite beside this one, whose daemon is alive at that moment, is not taken for this one's
+SLEEPER = f"600.4242{os.getpid():08d}"
+
+
 def _sleepers() -> set[str]:
     import subprocess
 
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in ps.splitlines() if "sleep 600.4242" in line}
+    return {line.split()[0] for line in ps.splitlines() if f"sleep {SLEEPER}" in line}
 
 
-def test_processes_a_candidate_leaves_behind_are_killed(judged):
+def test_processes_a_candidate_leaves_behind_are_killed(kernels, tmp_path):
     before = _sleepers()  # left by an unconfined run elsewhere, if any
-    r = judged("daemon", draws=1, scan=False)
+    daemon = tmp_path / "daemon.py"
+    daemon.write_text((kernels / "daemon.py").read_text().replace('"600.4242"', f'"{SLEEPER}"'))
+    assert SLEEPER in daemon.read_text()  # else this test would look for a sleeper nothing starts
+    r = evaluate("rmsnorm", daemon, shapes="smoke", seed=7, draws=1, scan=False)
     assert r["reasons"] == ["helper_process"]  # a program that is not a build tool ...
     if r["sandbox"] != "bwrap":
         pytest.skip("without a PID namespace a detached process escapes the process tree")

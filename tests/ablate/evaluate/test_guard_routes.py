@@ -17,6 +17,10 @@ import pytest
 
 from ablate.evaluate import evaluate
 
+# the sleepers below end in this test process's id (fixed width: no other run's marker contains it),
+# so a run of the suite beside this one, whose sleeper is alive at that moment, is not taken for this one's
+RUN = f"{os.getpid():08d}"
+
 HONEST = '''
 def kernel(x, weight):
     xf = x.float()
@@ -309,20 +313,20 @@ def kernel(x, weight):
     weakref.finalize(out, {call})  # runs when the driver drops the output
     return out
 '''
-SHELL = 'subprocess.Popen, ["/bin/sh", "-c", "sleep 600.4711"]'
-SYSTEM = 'os.system, "sleep 600.4712"'
-PATH_TRICK = '''
+SHELL = f'subprocess.Popen, ["/bin/sh", "-c", "sleep 600.4711{RUN}"]'
+SYSTEM = f'os.system, "sleep 600.4712{RUN}"'
+PATH_TRICK = f'''
 import os, stat
 os.makedirs("/tmp/bin", exist_ok=True)
 with open("/tmp/bin/gcc", "w") as f:
-    f.write("#!/bin/sh\\nexec sleep 600.4713\\n")
+    f.write("#!/bin/sh\\nexec sleep 600.4713{RUN}\\n")
 os.chmod("/tmp/bin/gcc", 0o755)
 os.environ["PATH"] = "/tmp/bin:" + os.environ["PATH"]
 '''
 
 
-@pytest.mark.parametrize("call,marker", [(SHELL, "600.4711"), (SYSTEM, "600.4712"),
-                                         ('subprocess.Popen, ["gcc", "--version"]', "600.4713")],
+@pytest.mark.parametrize("call,marker", [(SHELL, f"600.4711{RUN}"), (SYSTEM, f"600.4712{RUN}"),
+                                         ('subprocess.Popen, ["gcc", "--version"]', f"600.4713{RUN}")],
                          ids=["a-shell", "os.system", "a-gcc-of-its-own-on-PATH"])
 def test_a_library_frame_may_start_only_a_build_tool(tmp_path, call, marker):
     source = (PATH_TRICK if "gcc" in call else "") + STARTED_BY_A_FINALIZER.format(call=call)
@@ -339,7 +343,7 @@ class Everything:  # every program looks like gcc to whoever asks this module's 
 g["_TRIPLET"] = g["_VERSION"] = Everything()
 g["tool_name"] = lambda path: "gcc"
 g["BUILD_TOOLS"] = frozenset({"gcc", "sh", "sleep"})
-''') + STARTED_BY_A_FINALIZER.format(call='subprocess.Popen, ["/bin/sh", "-c", "sleep 600.4714"]').replace(
+''') + STARTED_BY_A_FINALIZER.format(call=f'subprocess.Popen, ["/bin/sh", "-c", "sleep 600.4714{RUN}"]').replace(
     "import os, subprocess, torch, weakref", "import os, subprocess, weakref")
 
 
@@ -350,7 +354,7 @@ def test_the_guard_decides_with_what_it_bound_not_its_module_s_names(tmp_path):
     assert r["verdict"] == "rejected" and {"forbidden_code", "driver_tampered"} <= set(r["reasons"]), r["details"]
     assert "subprocess.Popen" in r["details"]["forbidden_code"]
     assert "ablate.evaluate._guard._TRIPLET" in r["details"]["driver_tampered"]
-    assert not _running("600.4714")
+    assert not _running(f"600.4714{RUN}")
 
 
 def test_a_build_tool_a_library_starts_for_the_kernel_is_allowed(tmp_path):
@@ -410,7 +414,7 @@ def test_the_static_scan_names_each_route_before_anything_runs(source):
 
 
 # -- torch.compile's load check, imitated: allowed to a library, never past its grace -------------
-PROBE = ('subprocess.Popen, [sys.executable, "-c", "from ctypes import cdll\\nimport time; time.sleep(600.4716)\\n'
+PROBE = (f'subprocess.Popen, [sys.executable, "-c", "from ctypes import cdll\\nimport time; time.sleep(600.4716{RUN})\\n'
          'cdll.LoadLibrary(chr(120))"]')
 STAYING_PROBE = '''
 import sys
@@ -428,9 +432,9 @@ def test_a_python_shaped_like_the_load_check_that_stays_is_a_helper(tmp_path):
     evaluation. Started by the submission itself, it is refused at once."""
     r = _judge(tmp_path, STAYING_PROBE, timing=True)
     assert r["verdict"] == "rejected" and "helper_process" in r["reasons"], r["details"]
-    assert not _running("600.4716")
+    assert not _running(f"600.4716{RUN}")
     direct = "import subprocess, sys\nsubprocess.Popen(" + PROBE.split(", ", 1)[1] + ")\n" + HONEST.replace(
         "def kernel", "import torch\n\ndef kernel")
     r = _judge(tmp_path, direct)
     assert r["verdict"] == "rejected" and "forbidden_code" in r["reasons"], r["details"]
-    assert not _running("600.4716")
+    assert not _running(f"600.4716{RUN}")

@@ -125,7 +125,7 @@ except TypeError:
 def test_no_process_outlives_its_evaluation_however_it_left(tmp_path):
     target = tmp_path / "target.txt"
     target.write_text("untouched")
-    mark = "600.9191"
+    mark = f"600.9191{os.getpid():08d}"  # this process's own: a run of the suite beside this one has its own
     (tmp_path / "daemons.py").write_text(DAEMONS.format(mark=mark, target=target))
     r = evaluate("rmsnorm", tmp_path / "daemons.py", shapes="smoke", seed=3, draws=1, scan=False, timing=False)
     assert "helper_process" in r["reasons"], r["details"]  # a shell and a sleeper are no build tools
