@@ -10,7 +10,9 @@ install(): an audit hook (PEP 578; once added it cannot be removed) that refuses
     the garbage collector's object graph (gc.get_objects / get_referrers / get_referents), every
     thread's frames (sys._current_frames / _current_exceptions), new audit hooks, fork without
     exec, a shell (os.system, pty.spawn); and every process start except the compilers and
-    build tools of BUILD_TOOLS, run from a read-only system or toolchain directory;
+    build tools of BUILD_TOOLS, run from a read-only system or toolchain directory (one named
+    bare that no PATH entry holds fails with FileNotFoundError before anything is looked up
+    again, unlogged: torch.compile asks for `nvcc --version` on a GPU and carries on without);
   - whoever asks: opening a file named ``mem`` or any path that resolves into
     ``/proc/<pid>/[task/<tid>/]mem`` (``//proc/self/mem``, ``/proc/thread-self/mem``,
     ``/dev/fd/N/mem``, links: the path is resolved with functions bound at install, never the
@@ -161,7 +163,7 @@ def install(submission_dir: str, kit_dir: str):
     lstat, readlink, getcwd, environ = posix.lstat, posix.readlink, posix.getcwd, posix.environ
     islink = lambda mode: (mode & 0o170000) == 0o120000  # noqa: E731
     match_mem, tools, version_sub, triplet_sub = _MEM.match, BUILD_TOOLS, _VERSION.sub, _TRIPLET.sub
-    issubclass_, next_, oserror = issubclass, next, OSError
+    issubclass_, next_, oserror, notfound = issubclass, next, OSError, FileNotFoundError
     proxy_names = frozenset(PROXIES)
     interpreter = os.path.realpath(sys.executable)
     probe_code = dlopen_only
@@ -281,8 +283,10 @@ def install(submission_dir: str, kit_dir: str):
         code = text(a[2])
         return code is not None and probe_code(code)
 
-    def program_ok(event: str, args: tuple) -> bool:
-        """A process start a library may make: a build tool from a read-only place."""
+    def program_ok(event: str, args: tuple) -> bool | None:
+        """A process start a library may make: a build tool from a read-only place. None: a build
+        tool by bare name that no PATH entry holds (torch.compile asks `nvcc --version` on a GPU
+        with no nvcc on PATH), which the start would fail to find."""
         i = starts[event]
         prog = text(args[i]) if len_(args) > i else None
         if prog is None and event == "subprocess.Popen" and len_(args) > 1:
@@ -307,7 +311,7 @@ def install(submission_dir: str, kit_dir: str):
             except oserror:
                 continue
             return startswith(real(cand), programs)
-        return False
+        return None
 
     def hook(event: str, args: tuple) -> None:
         if event == "open" or event == "os.symlink":
@@ -343,10 +347,17 @@ def install(submission_dir: str, kit_dir: str):
             where = origin()
             if where is not None and startswith(event, "object.") and len_(args) > 1 and type_(args[1]) is str_:
                 event = f"{event} {args[1]}"
-            if where is None and start and not program_ok(event, args):
-                where = f"a library, on the kernel's behalf: {text(args[starts[event]]) or args[1:2]!r:.120}"
+            ok = program_ok(event, args) if where is None and start else True
+            if ok is not True:
+                name = f"{text(args[starts[event]]) or args[1:2]!r:.120}"
+                if ok is False:
+                    where = f"a library, on the kernel's behalf: {name}"
         finally:
             busy[0] = False
+        if ok is None:
+            # failed as the system would fail it, and before the start looks on PATH again: a
+            # program put there after this check never runs; nothing ran, so nothing is logged
+            raise notfound(2, "No such file or directory (not on PATH)", name)
         if where is not None:
             log.append((event, where))
             raise perm(f"ablate: {event} is not allowed in a kernel ({where})")

@@ -3,6 +3,8 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 14: a build tool a library names that is nowhere on PATH fails as not found, not as forbidden
+#     (torch.compile asks for `nvcc --version` on a GPU: its honest kernels were rejected)
 # 13: the protocol's own cost a batch measured at last on a GPU (version 10's never was: it always
 #     came out unmeasured, so 0 was taken off)
 # 12: a CPU timing starts after one untimed call on the shape (a library was timed cold)
@@ -10,7 +12,7 @@ each check rejected."""
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "13"
+VERSION = "14"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

@@ -78,3 +78,50 @@ def test_refused_when_the_submission_asks_allowed_when_a_library_does(tmp_path):
     events = {e for e, _ in got["log"]}
     assert {"sys._getframe", "gc.get_objects", "os.fork", "compile"} <= events  # exec("1") compiles first
     assert all(where.startswith(("kernel.py:", "helper.py:", "/proc")) for _, where in got["log"])
+
+
+LIBRARY_STARTS = '''
+import subprocess
+
+def start(path):
+    """A library asking for `nvcc --version` (torch.compile does, on a GPU) with PATH=path."""
+    try:
+        subprocess.run(["nvcc", "--version"], env={"PATH": path}, stdout=subprocess.DEVNULL)
+        return "ran"
+    except FileNotFoundError:
+        return "not found"
+    except PermissionError:
+        return "refused"
+'''
+
+STARTS_DRIVER = '''
+import json, sys
+sys.path.insert(0, {root!r})
+from ablate.evaluate import _guard
+log = _guard.install({sub!r}, {kit!r})
+sys.path.insert(0, {kit!r})
+import library_starts
+results = {{name: library_starts.start(path) for name, path in {paths!r}.items()}}
+print(json.dumps({{"results": results, "log": [list(x) for x in log]}}))
+'''
+
+
+def test_a_build_tool_no_path_entry_holds_is_not_found_and_one_in_a_writable_place_is_refused(tmp_path):
+    """torch.compile on a GPU asks for `nvcc --version` and takes "not found" in its stride: a
+    build tool that is nowhere on PATH fails as the system would fail it, before anything runs, and
+    is no mark against the kernel; the same name in a place the kernel could write is refused."""
+    sub, kit, planted, empty = tmp_path / "submission", tmp_path / "kit", tmp_path / "planted", tmp_path / "empty"
+    for d in (sub, kit, planted, empty):
+        d.mkdir()
+    (kit / "library_starts.py").write_text(LIBRARY_STARTS)
+    marker = tmp_path / "it-ran"
+    (planted / "nvcc").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (planted / "nvcc").chmod(0o755)
+    paths = {"nowhere": f"{empty}:{tmp_path / 'missing'}", "planted": f"{empty}:{planted}"}
+    code = STARTS_DRIVER.format(root=str(ROOT), sub=str(sub), kit=str(kit), paths=paths)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["results"] == {"nowhere": "not found", "planted": "refused"}, got
+    assert [e for e, _ in got["log"]] == ["subprocess.Popen"] and "nvcc" in got["log"][0][1], got["log"]
+    assert not marker.exists()

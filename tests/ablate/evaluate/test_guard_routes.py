@@ -357,8 +357,12 @@ def test_the_guard_decides_with_what_it_bound_not_its_module_s_names(tmp_path):
     assert not _running(f"600.4714{RUN}")
 
 
-def test_a_build_tool_a_library_starts_for_the_kernel_is_allowed(tmp_path):
-    r = _judge(tmp_path, STARTED_BY_A_FINALIZER.format(call='subprocess.run, ["uname", "-s"], stdout=-3'), timing=True)
+@pytest.mark.parametrize("call", ['subprocess.run, ["uname", "-s"], stdout=-3',
+                                  # torch.compile's `nvcc --version` on a GPU with no nvcc on PATH
+                                  'subprocess.run, ["nvcc", "--version"], env={"PATH": "/nonexistent"}, stdout=-3'],
+                         ids=["found", "nowhere-on-PATH"])
+def test_a_build_tool_a_library_starts_for_the_kernel_is_allowed(tmp_path, call):
+    r = _judge(tmp_path, STARTED_BY_A_FINALIZER.format(call=call), timing=True)
     assert r["verdict"] == "accepted", r["details"]
 
 
