@@ -4,7 +4,8 @@ each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
 # 14: a build tool a library names that is nowhere on PATH fails as not found, not as forbidden
-#     (torch.compile asks for `nvcc --version` on a GPU: its honest kernels were rejected)
+#     (torch.compile asks for `nvcc --version` on a GPU: its honest kernels were rejected); a timed
+#     batch's checked calls distinct (two random draws could be one call, or the last)
 # 13: the protocol's own cost a batch measured at last on a GPU (version 10's never was: it always
 #     came out unmeasured, so 0 was taken off)
 # 12: a CPU timing starts after one untimed call on the shape (a library was timed cold)

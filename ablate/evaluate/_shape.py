@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
+import random
 import time
 
 from ablate.evaluate import _channel, _correctness, _exchange, _verdicts
 from ablate.evaluate._batches import GpuTiming
 from ablate.evaluate._reasons import REASONS
 
+_SYSTEM_RANDOM = random.SystemRandom()  # os.urandom: nothing the candidate seeds or reads predicts a draw
 DRAWS_PER_BATCH = 3  # calls of each batch checked against their own reference: its last, and others at random
 SLOT_MEMORY = 0.3  # of the device's memory: the slots, the judge's staged inputs and the peer's outputs
 CPU_CALLS = 3
@@ -315,8 +316,7 @@ class ShapeJudge(GpuTiming):
                                         for a, b in zip(seen, ins)):
                 fails.setdefault("input_mutated", f"timed call {j}: an input changed during the call")
             refs = _correctness.reference_outputs(self.ev.op, ins)
-            env = _correctness.for_input(self.ev.op, ins, refs, self.plan["envelopes"][dist])
-            f = _correctness.judge_set(self.ev.op, outs, refs, ins, env)[0]
+            f = _correctness.judge_own_input(self.ev.op, outs, refs, ins, self.plan["envelopes"][dist])
             if f:
                 fails.setdefault("stale_output", f"timed call {j}: {next(iter(f.values()))}")
                 return False
@@ -324,10 +324,11 @@ class ShapeJudge(GpuTiming):
 
     def draw(self, n: int) -> list[int]:
         """The calls of a batch of n checked after it: the last (work a kernel left for a later call
-        that never came shows there: _batches.batch_length) and draws_per_batch - 1 at random."""
+        that never came shows there: _batches.batch_length) and draws_per_batch - 1 others at
+        random, distinct (a call checked twice is one check), from the OS's randomness."""
         if self.draws_per_batch < 1 or n < 1:
             return []
-        return [n - 1] + [int.from_bytes(os.urandom(4), "little") % n for _ in range(self.draws_per_batch - 1)]
+        return [n - 1] + _SYSTEM_RANDOM.sample(range(n - 1), min(self.draws_per_batch - 1, n - 1))
 
 
 def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None, dict, set]:

@@ -305,11 +305,15 @@ def test_a_batchs_length_is_drawn_so_no_call_knows_it_ends_the_batch():
     assert batch_length(1) == 1
 
 
-def test_the_last_call_of_every_checked_batch_is_checked():
+def test_the_last_call_of_every_checked_batch_is_checked_and_the_others_are_distinct():
     sj = SimpleNamespace(draws_per_batch=3)
-    for n in (1, 2, 40):
-        drawn = ShapeJudge.draw(sj, n)
-        assert n - 1 in drawn and len(drawn) == 3 and all(0 <= j < n for j in drawn)
+    for n in (1, 2, 3, 10, 40):
+        for _ in range(200):
+            drawn = ShapeJudge.draw(sj, n)
+            assert drawn[0] == n - 1 and len(drawn) == min(3, n) == len(set(drawn)), (n, drawn)
+            assert all(0 <= j < n for j in drawn)
+    seen = {j for _ in range(400) for j in ShapeJudge.draw(sj, 10)[1:]}
+    assert seen == set(range(9))  # every other call can be drawn
     assert ShapeJudge.draw(SimpleNamespace(draws_per_batch=0), 40) == []  # the protocol's plain copy
 
 
