@@ -18,7 +18,8 @@ One JSON file (DIR/primitives.json) and a summary on stdout:
     python -m benchmarks.judge_clock compare --operators rmsnorm softmax gemm --shapes public --out DIR
     python -m benchmarks.judge_clock fusion --shapes smoke public --out DIR
 
-compare: a library's judged time and an honest kernel's against do_bench (DIR/compare.json).
+compare: a library's judged time and an honest kernel's against do_bench (DIR/compare.json), with
+the median SM clock and board power each ran at (nvidia-smi sampled every 50 ms, where present).
 fusion: what the hole docs/evaluator.md states is worth, on RMSNorm: a batch run as one launch
 decided on the device (tests/ablate/evaluate/kernels/fused_batch.py) against the same kernel
 launched by each call, both judged (DIR/fusion.json): the judged time a call of each, per shape.
@@ -359,10 +360,75 @@ def _batches(sandbox, k, words, stream) -> list[dict]:
     return rows
 
 
+class SmClock:
+    """The GPU's SM clock and board power, sampled by nvidia-smi every PERIOD_MS while a comparison
+    runs, so a judged time and a do_bench time can be read beside the clock each ran at (a GEMM in
+    short bursts runs faster than sustained: benchmarks/results/h200-judge-bias). No nvidia-smi:
+    no samples, and `during` says None."""
+
+    PERIOD_MS = 50
+
+    def __init__(self, device: str | None = None):
+        import threading
+
+        self.samples: list[tuple[float, float, float]] = []  # (time.monotonic(), MHz, W)
+        device = device or (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+        try:
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", "-i", device, "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                 "-lms", str(self.PERIOD_MS)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+            return
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                mhz, watts = (float(x) for x in line.split(","))
+            except ValueError:
+                continue  # "[N/A]" or a header
+            self.samples.append((time.monotonic(), mhz, watts))
+
+    def during(self, t0: float, t1: float) -> dict | None:
+        """Median SM clock and power over the samples taken between two time.monotonic() stamps."""
+        import statistics
+
+        got = [(m, w) for t, m, w in list(self.samples) if t0 <= t <= t1]
+        if not got:
+            return None
+        return {"sm_mhz": statistics.median(m for m, _ in got), "power_w": statistics.median(w for _, w in got),
+                "samples": len(got)}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.reader.join(timeout=10)
+
+
 def compare(out: Path, ops: list[str], shapes: str) -> dict:
     """Per operator and shape: the judged time of a library call (in the judge's library process,
     and the same call submitted as a candidate) and of an honest Triton kernel (the scripted
-    template), beside triton's do_bench and do_bench_cudagraph of the same calls."""
+    template), beside triton's do_bench and do_bench_cudagraph of the same calls, and the SM clock
+    each ran at (SmClock)."""
+    import torch
+    import triton
+
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+           "command": " ".join(sys.argv), "rows": []}
+    clock = SmClock()
+    try:
+        for name in ops:
+            _compare_one(out, name, shapes, res, clock)
+    finally:
+        clock.close()
+    return res
+
+
+def _compare_one(out: Path, name: str, shapes: str, res: dict, clock: SmClock) -> None:
+    """compare() for one operator: its rows and seconds added to `res`, written to out/compare.json."""
     import importlib.util
     import tempfile
 
@@ -373,66 +439,68 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
     from ablate.evaluate import evaluate
 
     root = Path(__file__).resolve().parent.parent
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-           "command": " ".join(sys.argv), "rows": []}
-    for name in ops:
-        lib, passthrough = LIBRARIES[name]
-        op = operators.get(name)
-        os.environ["ABLATE_EVAL_BASELINES"] = lib
-        with tempfile.TemporaryDirectory() as d:
-            p = Path(d) / "kernel.py"
-            p.write_text(passthrough)
-            t0 = time.perf_counter()
-            judged_lib = evaluate(name, p, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
-            (out / f"{name}-library.json").write_text(json.dumps(judged_lib, indent=1))
-            s_lib = time.perf_counter() - t0
-        template = root / "harnesses" / "scripted" / "templates" / f"{name}.py"
-        t0 = time.perf_counter()
-        judged_tpl = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
-        (out / f"{name}-template.json").write_text(json.dumps(judged_tpl, indent=1))
-        s_tpl = time.perf_counter() - t0
-        # again, every cache warm: what an agent's next evaluation costs. An agent thinks between
-        # evaluations, so the candidate process started ahead has finished importing torch by then
-        time.sleep(SPARE_READY_S)
-        t0 = time.perf_counter()
-        warm = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: None)
-        s_warm = time.perf_counter() - t0
-        spec = importlib.util.spec_from_file_location(f"tpl_{name}", template)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        for k, shape in enumerate(op.shape_set(shapes)):
-            ins = op.make_inputs(shape, 11, "cuda", "normal")
-            fns = {"library": lambda: op.baselines[lib].fn(*ins), "template": lambda: mod.kernel(*ins)}
-            bench = {}
-            for key, fn in fns.items():
-                bench[key] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-                with torch.cuda.stream(torch.cuda.Stream()):
-                    bench[key + "_graph"] = triton.testing.do_bench_cudagraph(fn, rep=200, return_mode="median")
-            rl, rt = judged_lib["shapes"][k], judged_tpl["shapes"][k]
-            lib_ms = (rt.get("baselines_ms") or {}).get(lib)
-            cand_lib = (rl.get("time_ms") or {}).get("median")
-            tpl_ms = (rt.get("time_ms") or {}).get("median")
-            row = {"operator": name, "shape": rt["shape_id"], "library": lib,
-                   "judged_library_ms": lib_ms, "judged_library_as_candidate_ms": cand_lib,
-                   "judged_template_ms": tpl_ms, "template_verdict": judged_tpl["verdict"],
-                   "protocol_ms": (rt.get("time_ms") or {}).get("protocol_ms"),
-                   "template_wall_ms": rt.get("wall_ms"),
-                   "template_reasons": judged_tpl["reasons"], **{f"do_bench_{k}_ms": v for k, v in bench.items()},
-                   "voided": [rl.get("voided_batches"), rt.get("voided_batches")]}
-            if lib_ms and tpl_ms:
-                row["library_vs_graph"] = lib_ms / bench["library_graph"]
-                row["judged_speedup"] = lib_ms / tpl_ms
-                row["do_bench_graph_speedup"] = bench["library_graph"] / bench["template_graph"]
-                row["speedup_vs_do_bench"] = row["judged_speedup"] / row["do_bench_graph_speedup"]
-            res["rows"].append(row)
-            print(json.dumps(row), flush=True)
-        res.setdefault("seconds", {})[name] = {"library_submission": round(s_lib, 1), "template": round(s_tpl, 1),
-                                               "template_warm": round(s_warm, 1),
-                                               "phases": judged_tpl.get("phase_seconds"),
-                                               "phases_warm": warm.get("phase_seconds"),
-                                               "shapes_warm": [r.get("seconds") for r in warm["shapes"]]}
-        (out / "compare.json").write_text(json.dumps(res, indent=1))
-    return res
+    lib, passthrough = LIBRARIES[name]
+    op = operators.get(name)
+    os.environ["ABLATE_EVAL_BASELINES"] = lib
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "kernel.py"
+        p.write_text(passthrough)
+        t0, c0 = time.perf_counter(), time.monotonic()
+        judged_lib = evaluate(name, p, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
+        (out / f"{name}-library.json").write_text(json.dumps(judged_lib, indent=1))
+        s_lib = time.perf_counter() - t0
+    clocks = {"judged_library": clock.during(c0, time.monotonic())}
+    template = root / "harnesses" / "scripted" / "templates" / f"{name}.py"
+    t0, c0 = time.perf_counter(), time.monotonic()
+    judged_tpl = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: print("  ", m, flush=True))
+    (out / f"{name}-template.json").write_text(json.dumps(judged_tpl, indent=1))
+    s_tpl = time.perf_counter() - t0
+    clocks["judged_template"] = clock.during(c0, time.monotonic())
+    # again, every cache warm: what an agent's next evaluation costs. An agent thinks between
+    # evaluations, so the candidate process started ahead has finished importing torch by then
+    time.sleep(SPARE_READY_S)
+    t0 = time.perf_counter()
+    warm = evaluate(name, template, shapes=shapes, seed=1, progress=lambda m: None)
+    s_warm = time.perf_counter() - t0
+    spec = importlib.util.spec_from_file_location(f"tpl_{name}", template)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for k, shape in enumerate(op.shape_set(shapes)):
+        ins = op.make_inputs(shape, 11, "cuda", "normal")
+        fns = {"library": lambda: op.baselines[lib].fn(*ins), "template": lambda: mod.kernel(*ins)}
+        bench, at = {}, {}  # at: the SM clock each do_bench ran at
+        for key, fn in fns.items():
+            c0 = time.monotonic()
+            bench[key] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+            c1 = time.monotonic()
+            with torch.cuda.stream(torch.cuda.Stream()):
+                bench[key + "_graph"] = triton.testing.do_bench_cudagraph(fn, rep=200, return_mode="median")
+            at[f"do_bench_{key}"] = clock.during(c0, c1)
+            at[f"do_bench_{key}_graph"] = clock.during(c1, time.monotonic())
+        rl, rt = judged_lib["shapes"][k], judged_tpl["shapes"][k]
+        lib_ms = (rt.get("baselines_ms") or {}).get(lib)
+        cand_lib = (rl.get("time_ms") or {}).get("median")
+        tpl_ms = (rt.get("time_ms") or {}).get("median")
+        row = {"operator": name, "shape": rt["shape_id"], "library": lib,
+               "judged_library_ms": lib_ms, "judged_library_as_candidate_ms": cand_lib,
+               "judged_template_ms": tpl_ms, "template_verdict": judged_tpl["verdict"],
+               "protocol_ms": (rt.get("time_ms") or {}).get("protocol_ms"),
+               "template_wall_ms": rt.get("wall_ms"),
+               "template_reasons": judged_tpl["reasons"], **{f"do_bench_{k}_ms": v for k, v in bench.items()},
+               "voided": [rl.get("voided_batches"), rt.get("voided_batches")], "clock": at}
+        if lib_ms and tpl_ms:
+            row["library_vs_graph"] = lib_ms / bench["library_graph"]
+            row["judged_speedup"] = lib_ms / tpl_ms
+            row["do_bench_graph_speedup"] = bench["library_graph"] / bench["template_graph"]
+            row["speedup_vs_do_bench"] = row["judged_speedup"] / row["do_bench_graph_speedup"]
+        res["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    res.setdefault("seconds", {})[name] = {"library_submission": round(s_lib, 1), "template": round(s_tpl, 1),
+                                           "template_warm": round(s_warm, 1), "clock": clocks,
+                                           "phases": judged_tpl.get("phase_seconds"),
+                                           "phases_warm": warm.get("phase_seconds"),
+                                           "shapes_warm": [r.get("seconds") for r in warm["shapes"]]}
+    (out / "compare.json").write_text(json.dumps(res, indent=1))
 
 
 def fusion(out: Path, shape_sets: list[str]) -> dict:
