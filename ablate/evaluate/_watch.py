@@ -42,9 +42,20 @@ class OpWatch:
             return
         with self._profiler() as p:
             yield
-        for name in sorted({e.key for e in p.key_averages()} & self.watched):
+        for name in sorted(_recorded(p) & self.watched):
             if name not in self.seen:
                 self.seen.append(name)
+
+
+def _recorded(p) -> set[str]:
+    """The names of every operator a finished profile recorded, read from the profiler's raw
+    results: key_averages() first builds a Python event and its tree for each, 7-18 times the cost
+    at 40-400 calls a batch (benchmarks/results/watch-cost-cpu), and the judge waits for it every
+    batch before it opens the gate. Both read the same records."""
+    results = getattr(getattr(p, "profiler", None), "kineto_results", None)
+    if results is None:  # a torch without the raw results
+        return {e.key for e in p.key_averages()}
+    return {e.name() for e in results.events()}
 
 
 def _hooks_active(torch) -> str | None:
