@@ -15,11 +15,13 @@ One JSON file (DIR/primitives.json) and a summary on stdout:
 - batch: a gated batch of torch's rms_norm on distinct inputs, timed by the judge's clock, beside
   triton.testing.do_bench and do_bench_cudagraph of the same call.
 
-    python -m benchmarks.judge_clock compare --operators rmsnorm softmax gemm --shapes public --out DIR
+    python -m benchmarks.judge_clock compare --operators rmsnorm softmax gemm --shapes public --out DIR [--rounds 3]
     python -m benchmarks.judge_clock fusion --shapes smoke public --out DIR
 
 compare: a library's judged time and an honest kernel's against do_bench (DIR/compare.json), with
 the median SM clock and board power each ran at (nvidia-smi sampled every 50 ms, where present).
+Each call's do_bench and do_bench_cudagraph run --rounds times, library and kernel in turn; a row
+gives the medians, each round's time, and the judged speedup against each round's ratio.
 fusion: what the hole docs/evaluator.md states is worth, on RMSNorm: a batch run as one launch
 decided on the device (tests/ablate/evaluate/kernels/fused_batch.py) against the same kernel
 launched by each call, both judged (DIR/fusion.json): the judged time a call of each, per shape.
@@ -393,9 +395,13 @@ class SmClock:
 
     def during(self, t0: float, t1: float) -> dict | None:
         """Median SM clock and power over the samples taken between two time.monotonic() stamps."""
+        return self.over([(t0, t1)])
+
+    def over(self, spans: list[tuple[float, float]]) -> dict | None:
+        """`during`, over the samples taken within any of `spans`."""
         import statistics
 
-        got = [(m, w) for t, m, w in list(self.samples) if t0 <= t <= t1]
+        got = [(m, w) for t, m, w in list(self.samples) if any(t0 <= t <= t1 for t0, t1 in spans)]
         if not got:
             return None
         return {"sm_mhz": statistics.median(m for m, _ in got), "power_w": statistics.median(w for _, w in got),
@@ -408,7 +414,28 @@ class SmClock:
             self.reader.join(timeout=10)
 
 
-def compare(out: Path, ops: list[str], shapes: str) -> dict:
+def bench_rounds(fns: dict, rounds: int, plain, graph, clock) -> tuple[dict, dict, dict]:
+    """plain(fn) and graph(fn) (do_bench and do_bench_cudagraph) of each of `fns`, `rounds` times,
+    the calls taken in turn and their order reversed every other round, so that neither always
+    follows the other (one run of do_bench_cudagraph of a library moved 8% between two machines'
+    starts, h100-eval-clock-2). Returns ({key: median, key_graph: median}, {do_bench_key[_graph]:
+    the SM clock over its runs}, {key: [each round's], key_graph: [...]})."""
+    from statistics import median
+
+    runs: dict[str, list] = {}
+    spans: dict[str, list] = {}
+    keys = list(fns)
+    for r in range(rounds):
+        for key in keys if r % 2 == 0 else keys[::-1]:
+            for name, bench in ((key, plain), (key + "_graph", graph)):
+                c0 = time.monotonic()
+                runs.setdefault(name, []).append(bench(fns[key]))
+                spans.setdefault(f"do_bench_{name}", []).append((c0, time.monotonic()))
+    at = {name: clock.over(s) for name, s in spans.items()}
+    return {name: median(v) for name, v in runs.items()}, at, runs
+
+
+def compare(out: Path, ops: list[str], shapes: str, rounds: int = 3) -> dict:
     """Per operator and shape: the judged time of a library call (in the judge's library process,
     and the same call submitted as a candidate) and of an honest Triton kernel (the scripted
     template), beside triton's do_bench and do_bench_cudagraph of the same calls, and the SM clock
@@ -421,13 +448,13 @@ def compare(out: Path, ops: list[str], shapes: str) -> dict:
     clock = SmClock()
     try:
         for name in ops:
-            _compare_one(out, name, shapes, res, clock)
+            _compare_one(out, name, shapes, res, clock, rounds)
     finally:
         clock.close()
     return res
 
 
-def _compare_one(out: Path, name: str, shapes: str, res: dict, clock: SmClock) -> None:
+def _compare_one(out: Path, name: str, shapes: str, res: dict, clock: SmClock, rounds: int) -> None:
     """compare() for one operator: its rows and seconds added to `res`, written to out/compare.json."""
     import importlib.util
     import tempfile
@@ -465,18 +492,17 @@ def _compare_one(out: Path, name: str, shapes: str, res: dict, clock: SmClock) -
     spec = importlib.util.spec_from_file_location(f"tpl_{name}", template)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    def plain(fn):
+        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+    def graph(fn):
+        with torch.cuda.stream(torch.cuda.Stream()):
+            return triton.testing.do_bench_cudagraph(fn, rep=200, return_mode="median")
+
     for k, shape in enumerate(op.shape_set(shapes)):
         ins = op.make_inputs(shape, 11, "cuda", "normal")
         fns = {"library": lambda: op.baselines[lib].fn(*ins), "template": lambda: mod.kernel(*ins)}
-        bench, at = {}, {}  # at: the SM clock each do_bench ran at
-        for key, fn in fns.items():
-            c0 = time.monotonic()
-            bench[key] = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-            c1 = time.monotonic()
-            with torch.cuda.stream(torch.cuda.Stream()):
-                bench[key + "_graph"] = triton.testing.do_bench_cudagraph(fn, rep=200, return_mode="median")
-            at[f"do_bench_{key}"] = clock.during(c0, c1)
-            at[f"do_bench_{key}_graph"] = clock.during(c1, time.monotonic())
+        bench, at, runs = bench_rounds(fns, rounds, plain, graph, clock)
         rl, rt = judged_lib["shapes"][k], judged_tpl["shapes"][k]
         lib_ms = (rt.get("baselines_ms") or {}).get(lib)
         cand_lib = (rl.get("time_ms") or {}).get("median")
@@ -486,13 +512,17 @@ def _compare_one(out: Path, name: str, shapes: str, res: dict, clock: SmClock) -
                "judged_template_ms": tpl_ms, "template_verdict": judged_tpl["verdict"],
                "protocol_ms": (rt.get("time_ms") or {}).get("protocol_ms"),
                "template_wall_ms": rt.get("wall_ms"),
+               "judged_template_warm_ms": ((warm["shapes"][k].get("time_ms") or {}).get("median")),
                "template_reasons": judged_tpl["reasons"], **{f"do_bench_{k}_ms": v for k, v in bench.items()},
-               "voided": [rl.get("voided_batches"), rt.get("voided_batches")], "clock": at}
+               "do_bench_runs": runs, "voided": [rl.get("voided_batches"), rt.get("voided_batches")], "clock": at}
         if lib_ms and tpl_ms:
             row["library_vs_graph"] = lib_ms / bench["library_graph"]
             row["judged_speedup"] = lib_ms / tpl_ms
             row["do_bench_graph_speedup"] = bench["library_graph"] / bench["template_graph"]
             row["speedup_vs_do_bench"] = row["judged_speedup"] / row["do_bench_graph_speedup"]
+            # the reference's own spread: the judged speedup against each round's graph ratio
+            row["speedup_vs_do_bench_rounds"] = [row["judged_speedup"] * t / lb for lb, t in
+                                                 zip(runs["library_graph"], runs["template_graph"])]
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
     res.setdefault("seconds", {})[name] = {"library_submission": round(s_lib, 1), "template": round(s_tpl, 1),
@@ -554,10 +584,11 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", default=[], help="sections to run (default: all)")
     p.add_argument("--operators", nargs="*", default=list(LIBRARIES), help="compare: operators")
     p.add_argument("--shapes", nargs="+", default=["eval"], help="compare: a shape set; fusion: shape sets")
+    p.add_argument("--rounds", type=int, default=3, help="compare: do_bench runs of each call, interleaved")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.what == "compare":
-        compare(a.out, a.operators, a.shapes[0])
+        compare(a.out, a.operators, a.shapes[0], a.rounds)
     elif a.what == "fusion":
         fusion(a.out, a.shapes)
     else:
