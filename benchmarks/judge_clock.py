@@ -512,7 +512,7 @@ def _compare_one(out: Path, name: str, shapes: str, res: dict, clock: SmClock, r
                "judged_template_ms": tpl_ms, "template_verdict": judged_tpl["verdict"],
                "protocol_ms": (rt.get("time_ms") or {}).get("protocol_ms"),
                "template_wall_ms": rt.get("wall_ms"),
-               "judged_template_warm_ms": ((warm["shapes"][k].get("time_ms") or {}).get("median")),
+               "judged_template_warm_ms": ((warm["shapes"][k:k + 1] or [{}])[0].get("time_ms") or {}).get("median"),
                "template_reasons": judged_tpl["reasons"], **{f"do_bench_{k}_ms": v for k, v in bench.items()},
                "do_bench_runs": runs, "voided": [rl.get("voided_batches"), rt.get("voided_batches")], "clock": at}
         if lib_ms and tpl_ms:
