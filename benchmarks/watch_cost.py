@@ -1,7 +1,8 @@
 """What the candidate driver's operator watch costs a batch, on the device at hand: the profiler
 started and stopped around a batch's calls and its records read, as the driver does every batch
-before the judge opens the gate (`peer` in a shape's seconds). Both readings of the records: the
-raw one the watch uses, and `key_averages()`, which it used before; and the calls unwatched.
+before the judge opens the gate (`peer` in a shape's seconds): the watch as the driver runs it
+(its own profiler switches, the raw records read), the watch as it was (torch.profiler, then
+`key_averages()`), and the calls unwatched.
 
     python -m benchmarks.watch_cost [--calls 1 40 100 400] [--ops-per-call 6] [--repeats 5] [--out FILE]
 
@@ -42,30 +43,34 @@ def main(argv=None) -> int:
         if device == "cuda":
             torch.cuda.synchronize()
 
-    readings = {"unwatched": None, "raw": _watch._recorded,
-                "key_averages": lambda prof: {e.key for e in prof.key_averages()}}
+    @contextlib.contextmanager
+    def key_averages():  # the watch before it ran its own switches and read the raw records
+        prof = torch.profiler
+        cfg = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+        with prof.profile(activities=[prof.ProfilerActivity.CPU], experimental_config=cfg) as p:
+            yield
+        {e.key for e in p.key_averages()} & {"aten::rms_norm"}
+
+    watch = _watch.OpWatch(("aten::rms_norm",))
+    readings = {"unwatched": contextlib.nullcontext, "watch": watch.watch, "key_averages": key_averages}
     lines = [{"command": " ".join(sys.argv), "device": torch.cuda.get_device_name() if device == "cuda"
               else platform.processor() or platform.machine(), "torch": torch.__version__}]
     print(json.dumps(lines[0]), flush=True)
-    watch = _watch.OpWatch(("aten::rms_norm",))
-    with watch.watch():  # the profiler's first start (about a second) is the driver's set-up, not a batch's
-        batch(1)
-    try:
-        for n in a.calls:
-            for name, read in readings.items():
-                _watch._recorded = read
-                times = []
-                for _ in range(a.repeats):
-                    t0 = time.perf_counter()
-                    with watch.watch() if read else contextlib.nullcontext():
-                        batch(n)
-                    times.append((time.perf_counter() - t0) * 1e3)
-                row = {"calls": n, "ops_per_call": a.ops_per_call, "reading": name,
-                       "ms_per_batch": round(statistics.median(times), 3)}
-                lines.append(row)
-                print(json.dumps(row), flush=True)
-    finally:
-        _watch._recorded = readings["raw"]
+    for around in readings.values():  # each profiler's first start (about a second) is set-up, not a batch's
+        with around():
+            batch(1)
+    for n in a.calls:
+        for name, around in readings.items():
+            times = []
+            for _ in range(a.repeats):
+                t0 = time.perf_counter()
+                with around():
+                    batch(n)
+                times.append((time.perf_counter() - t0) * 1e3)
+            row = {"calls": n, "ops_per_call": a.ops_per_call, "reading": name,
+                   "ms_per_batch": round(statistics.median(times), 3)}
+            lines.append(row)
+            print(json.dumps(row), flush=True)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text("".join(json.dumps(x) + "\n" for x in lines))

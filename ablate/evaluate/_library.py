@@ -96,7 +96,7 @@ class Library:
 def main(fd: int) -> int:
     from ablate.evaluate import _candidate, _judge
 
-    torch, device, snapshot, pool = _candidate.prepare(os.environ.get("ABLATE_EVAL_DEVICE", "auto"), watch=False)
+    torch, device, snapshot, pool, _ = _candidate.prepare(os.environ.get("ABLATE_EVAL_DEVICE", "auto"), watch=False)
     ch = _channel.Channel.from_fd(fd)
     ch.send("hello", pid=os.getpid())
     driver = _candidate.Driver({"library_ops": ()}, torch, device, snapshot, ch, [], pool)

@@ -3,6 +3,8 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 15: torch's profiler switches are the operator watch's alone in a candidate, and a batch whose
+#     watch lost its markers is driver_tampered (a kernel stopped the profiler around a library call)
 # 14: a build tool a library names that is nowhere on PATH fails as not found, not as forbidden
 #     (torch.compile asks for `nvcc --version` on a GPU: its honest kernels were rejected); a timed
 #     batch's checked calls distinct (two random draws could be one call, or the last)
@@ -13,7 +15,7 @@ each check rejected."""
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "14"
+VERSION = "15"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)
@@ -50,7 +52,8 @@ REASONS: dict[str, str] = {
     "hook_active": "a torch dispatch or function mode was still in force when the kernel returned (what could "
                    "change the driver's own tensor operations)",
     "timer_tampered": "a timing function was replaced after the submission was imported",
-    "driver_tampered": "a library function was replaced, or a report broke the protocol",
+    "driver_tampered": "a library function was replaced, the driver's operator watch was stopped or blinded, or a "
+                       "report broke the protocol",
     "below_roofline": "faster than speed of light: the physical floor of bytes and flops (datasheet or measured ceiling)",
     "protocol_violation": "what the candidate sent broke the judge (a malformed or impossible report): its "
                           "rejection, never an evaluator failure",

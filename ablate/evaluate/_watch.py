@@ -5,6 +5,45 @@ operations, and reported)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+
+# torch's switches of its profiler and of the record functions it is fed by: a kernel that could
+# call them would stop the watch, restart it empty or turn recording off around a library call. In
+# a candidate they are the driver's alone (seal_switches); the first three are what the watch runs on.
+SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enable_record_function",
+            "_clear_callbacks", "_enable_profiler_legacy", "_disable_profiler_legacy", "_set_empty_test_observer")
+TAMPERED = "the operator watch was stopped, restarted or blinded during the batch"
+
+
+def seal_switches(torch) -> dict:
+    """torch's profiler switches (SWITCHES), for the driver's watch alone: every name a loaded
+    module has for one, torch._C._autograd's own included (what a later import copies), is rebound
+    to a function that refuses. Before the submission is imported; the switches returned are
+    held by the driver's watch, which no name a kernel can look up leads to."""
+    C = torch._C._autograd
+    real = {n: getattr(C, n) for n in SWITCHES if hasattr(C, n)}
+    stubs = {id(f): _refused(n) for n, f in real.items()}
+    module = type(sys)
+    for mod in [C, *list(sys.modules.values())]:
+        if not isinstance(mod, module):
+            continue
+        ns = vars(mod)
+        for key, value in list(ns.items()):
+            if id(value) in stubs and any(value is f for f in real.values()):
+                ns[key] = stubs[id(value)]
+    return real
+
+
+CALLED: list[str] = []  # the sealed switches the kernel called (the driver reports them: driver_tampered)
+
+
+def _refused(name: str):
+    def refused(*args, **kwargs):
+        CALLED.append(name)
+        raise PermissionError(f"torch's {name} is the evaluator's own in a candidate (its operator watch)")
+    refused.__name__ = refused.__qualname__ = name
+    return refused
 
 
 class OpWatch:
@@ -12,9 +51,14 @@ class OpWatch:
     library-passthrough check): the profiler records every dispatcher call, composite operators
     included, however the call was spelled in the source (F.rms_norm, torch.nn.RMSNorm,
     torch.ops.aten..., getattr, a module object, a worker thread). Where this torch cannot watch
-    other threads, `threads` is False and the judge says so."""
+    other threads, `threads` is False and the judge says so.
 
-    def __init__(self, names):
+    Run on the profiler's switches themselves (`switches`: seal_switches's, or torch's own names
+    where nothing is sealed), and proven whole each batch: a marker of a name drawn then is
+    recorded before the calls and another after them, and a batch whose record lacks either was
+    watched by a profiler stopped, restarted or blinded on the way (`tampered`)."""
+
+    def __init__(self, names, switches: dict | None = None):
         import warnings
 
         import torch
@@ -22,40 +66,65 @@ class OpWatch:
         self.torch = torch
         self.watched = frozenset(names)
         self.seen: list[str] = []
-        self.threads = True
+        self.tampered: str | None = None
+        self.switches = switches or {n: getattr(torch._C._autograd, n) for n in SWITCHES[:3]}
+        self.mark = torch.autograd.profiler.record_function  # bound before any submission is imported
+        self.config, self.activities, self.threads = _profiler_config(torch)
         warnings.filterwarnings("ignore", module="torch.autograd.profiler")
         warnings.filterwarnings("ignore", module="torch.profiler")
-
-    def _profiler(self):
-        prof = self.torch.profiler
-        try:
-            cfg = self.torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-            return prof.profile(activities=[prof.ProfilerActivity.CPU], experimental_config=cfg)
-        except (AttributeError, TypeError):
-            self.threads = False
-            return prof.profile(activities=[prof.ProfilerActivity.CPU])
 
     @contextlib.contextmanager
     def watch(self):
         if not self.watched:
             yield
             return
-        with self._profiler() as p:
+        start, end = (f"ablate-watch-{os.urandom(8).hex()}-{w}" for w in ("start", "end"))
+        self.switches["_prepare_profiler"](self.config, self.activities)
+        self.switches["_enable_profiler"](self.config, self.activities)
+        try:
+            with self.mark(start):
+                pass
             yield
-        for name in sorted(_recorded(p) & self.watched):
+        finally:
+            with self.mark(end):
+                pass
+            try:
+                names = _recorded(self.switches["_disable_profiler"]())
+            except Exception:  # noqa: BLE001 (no session left to stop: the kernel stopped it)
+                names = set()
+        if start not in names or end not in names:
+            self.tampered = TAMPERED
+        elif CALLED:
+            self.tampered = f"the kernel called torch's profiler switch {CALLED[0]}, the operator watch's own"
+        for name in sorted(names & self.watched):
             if name not in self.seen:
                 self.seen.append(name)
 
 
-def _recorded(p) -> set[str]:
-    """The names of every operator a finished profile recorded, read from the profiler's raw
-    results: key_averages() first builds a Python event and its tree for each, 7-18 times the cost
-    at 40-400 calls a batch (benchmarks/results/watch-cost-cpu), and the judge waits for it every
-    batch before it opens the gate. Both read the same records."""
-    results = getattr(getattr(p, "profiler", None), "kineto_results", None)
-    if results is None:  # a torch without the raw results
-        return {e.key for e in p.key_averages()}
-    return {e.name() for e in results.events()}
+def _profiler_config(torch):
+    """(config, activities, whether every thread is watched) for a profile of CPU-side operators,
+    built by torch's own profile class for this torch's signature of them."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    threads = True
+    try:
+        experimental = _ExperimentalConfig(profile_all_threads=True)
+    except TypeError:
+        experimental, threads = _ExperimentalConfig(), False
+    prof = torch.autograd.profiler.profile(use_cpu=True, use_kineto=True, experimental_config=experimental)
+    try:
+        config = prof.config(create_trace_id=False)
+    except TypeError:
+        config = prof.config()
+    return config, prof.kineto_activities, threads
+
+
+def _recorded(result) -> set[str]:
+    """The names of every operator a profile recorded, read from the profiler's raw results: its
+    key_averages() first builds a Python event and its tree for each, 8-17 times the cost at 40-400
+    calls a batch (benchmarks/results/watch-cost-cpu), and the judge waits for it every batch
+    before it opens the gate. Both read the same records."""
+    return {e.name() for e in result.events()}
 
 
 def _hooks_active(torch) -> str | None:

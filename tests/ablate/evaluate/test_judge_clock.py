@@ -109,6 +109,10 @@ def test_a_report_for_another_batch_or_with_unmatched_descriptors_is_a_protocol_
     ("late_work", {"stale_output"}),
     # the library on a worker thread: the watch covers every thread
     ("passthrough_thread", {"library_passthrough"}),
+    # the watch's profiler stopped around the library call and a fresh one started; recording
+    # turned off around it: both accepted while torch's switches were the kernel's to call
+    ("watch_stopped", {"library_passthrough", "driver_tampered"}),
+    ("watch_blinded", {"library_passthrough", "driver_tampered"}),
 ])
 def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, reasons):
     r = judged(name, scan=False)
@@ -193,7 +197,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "14"
+    assert r["evaluator_version"] == "15"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 
