@@ -13,12 +13,11 @@ process start). --out writes the lines and the machine to FILE.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks._lines import Lines
 
 
 def main(argv=None) -> int:
@@ -34,10 +33,7 @@ def main(argv=None) -> int:
 
     from ablate.evaluate import evaluate
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    lines = [{"command": " ".join(sys.argv), "commit": commit, "machine": platform.processor() or platform.machine(),
-              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None, "torch": torch.__version__}]
-    print(json.dumps(lines[0]), flush=True)
+    lines = Lines(a.out)
     for i in range(a.repeats):
         if i and a.pause:
             time.sleep(a.pause)
@@ -47,11 +43,8 @@ def main(argv=None) -> int:
                "phase_seconds": r.get("phase_seconds"), "shapes": [s.get("seconds") for s in r["shapes"]],
                "time_ms": [(s.get("time_ms") or {}).get("median") for s in r["shapes"]],
                "baselines_ms": [s.get("baselines_ms") for s in r["shapes"]]}
-        lines.append(row)
-        print(json.dumps(row), flush=True)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        lines.add(row)
+    lines.write()
     return 0
 
 

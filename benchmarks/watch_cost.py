@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from benchmarks._lines import Lines
 
 
 def main(argv=None) -> int:
@@ -53,9 +53,7 @@ def main(argv=None) -> int:
 
     watch = _watch.OpWatch(("aten::rms_norm",))
     readings = {"unwatched": contextlib.nullcontext, "watch": watch.watch, "key_averages": key_averages}
-    lines = [{"command": " ".join(sys.argv), "device": torch.cuda.get_device_name() if device == "cuda"
-              else platform.processor() or platform.machine(), "torch": torch.__version__}]
-    print(json.dumps(lines[0]), flush=True)
+    lines = Lines(a.out)
     for around in readings.values():  # each profiler's first start (about a second) is set-up, not a batch's
         with around():
             batch(1)
@@ -69,11 +67,8 @@ def main(argv=None) -> int:
                 times.append((time.perf_counter() - t0) * 1e3)
             row = {"calls": n, "ops_per_call": a.ops_per_call, "reading": name,
                    "ms_per_batch": round(statistics.median(times), 3)}
-            lines.append(row)
-            print(json.dumps(row), flush=True)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+            lines.add(row)
+    lines.write()
     return 0
 
 
