@@ -411,10 +411,9 @@ class _nothing:
 
 def prepare(device_request: str, watch: bool = True):
     """Imports and captures, before any submitted code: returns (torch, device, snapshot, pool,
-    switches). watch: the driver will watch dispatched operators (OpWatch; a candidate's, not the
-    library process's): the profiler's switches become the watch's alone (seal_switches, None
-    without a watch), and its first start, about a second of setup, is taken now, in a process
-    started ahead of its evaluation, instead of in the first call the judge waits for."""
+    switches). watch: the driver will watch dispatched operators (a candidate's, not the library
+    process's): the profiler's switches become the watch's alone (seal_switches), and its first
+    start, about a second of setup, is taken now, in a process started ahead of its evaluation."""
     import torch
 
     from ablate.evaluate import _gpu
@@ -430,9 +429,8 @@ def prepare(device_request: str, watch: bool = True):
             triton.runtime.driver.active.get_current_target()  # in this evaluation's fresh cache
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
-    switches = None
+    switches = seal_switches(torch) if watch else None
     if watch:
-        switches = seal_switches(torch)
         with OpWatch(("(warm-up)",), switches).watch():
             pass
     pool = None
