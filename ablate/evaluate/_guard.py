@@ -13,6 +13,8 @@ install(): an audit hook (PEP 578; once added it cannot be removed) that refuses
     build tools of BUILD_TOOLS, run from a read-only system or toolchain directory (one named
     bare that no PATH entry holds fails with FileNotFoundError before anything is looked up
     again, unlogged: torch.compile asks for `nvcc --version` on a GPU and carries on without);
+  - whoever asks: reading the defaults of a function holding the operator watch's switch
+    (_watch.SEALED: torch.compile inlining it would read them);
   - whoever asks: opening a file named ``mem`` or any path that resolves into
     ``/proc/<pid>/[task/<tid>/]mem`` (``//proc/self/mem``, ``/proc/thread-self/mem``,
     ``/dev/fd/N/mem``, links: the path is resolved with functions bound at install, never the
@@ -163,6 +165,8 @@ def install(submission_dir: str, kit_dir: str):
     lstat, readlink, getcwd, environ = posix.lstat, posix.readlink, posix.getcwd, posix.environ
     islink = lambda mode: (mode & 0o170000) == 0o120000  # noqa: E731
     match_mem, tools, version_sub, triplet_sub = _MEM.match, BUILD_TOOLS, _VERSION.sub, _TRIPLET.sub
+    sealed, id_ = _sealed(), id  # held, so their ids stay theirs
+    sealed_ids = frozenset(id(f) for f in sealed)
     issubclass_, next_, oserror, notfound = issubclass, next, OSError, FileNotFoundError
     proxy_names = frozenset(PROXIES)
     interpreter = os.path.realpath(sys.executable)
@@ -323,6 +327,10 @@ def install(submission_dir: str, kit_dir: str):
                 log.append((event, q))
                 raise perm(f"ablate: a link named {q} is not allowed in a kernel")
             return
+        if event == "object.__getattr__" and args and id_(args[0]) in sealed_ids:
+            name = args[1] if len_(args) > 1 else "?"
+            log.append((f"{event} {name}", "whoever asks: a function holding the operator watch's switch"))
+            raise perm(f"ablate: reading {name} of the operator watch's own function is not allowed")
         if busy[0]:
             return  # an event raised by this hook's own frame walk (sys._getframe, f_code)
         if event in always:
@@ -365,6 +373,14 @@ def install(submission_dir: str, kit_dir: str):
     sys.addaudithook(hook)
     _guard_signals(log, asker)
     return log
+
+
+def _sealed() -> tuple:
+    """The functions whose defaults hold the operator watch's real switches (_watch.SEALED, filled
+    before the submission is imported): reading their defaults is refused whoever asks."""
+    from ablate.evaluate import _watch
+
+    return tuple(_watch.SEALED)
 
 
 def _guard_signals(log: list, asker) -> None:

@@ -19,8 +19,10 @@ TAMPERED = "the operator watch was stopped, restarted or blinded during the batc
 def seal_switches(torch) -> dict:
     """torch's profiler switches (SWITCHES), for the driver's watch alone: every name a loaded
     module has for one, torch._C._autograd's own included (what a later import copies), is rebound
-    to a function that refuses. Before the submission is imported; the switches returned are
-    held by the driver's watch, which no name a kernel can look up leads to."""
+    to a function that refuses; and a redispatch of a watched operator is refused and noted
+    (_checked_redispatch, its containers under "refused" and "redispatched"). Before the
+    submission is imported; the switches returned are held by the driver's watch, which no name a
+    kernel can look up leads to."""
     C = torch._C._autograd
     real = {n: getattr(C, n) for n in SWITCHES if hasattr(C, n)}
     stubs = {id(f): _refused(n) for n, f in real.items()}
@@ -32,10 +34,33 @@ def seal_switches(torch) -> dict:
         for key, value in list(ns.items()):
             if id(value) in stubs and any(value is f for f in real.values()):
                 ns[key] = stubs[id(value)]
+    handle = torch._C._DispatchOperatorHandle
+    real["refused"], real["redispatched"] = set(), []
+    handle.redispatch_boxed = _checked_redispatch(handle.redispatch_boxed, real["refused"], real["redispatched"])
+    SEALED.append(handle.redispatch_boxed)
     return real
 
 
+def _checked_redispatch(real, refused: set, redispatched: list):
+    """OpOverload.redispatch's C entry (_DispatchOperatorHandle.redispatch_boxed), refusing the
+    task's library operators (`refused`, filled by the watch) and noting them (`redispatched`, read
+    by the watch): the dispatcher runs no record function for a redispatch, so the profiler never
+    saw one. Custom operators redispatch (torch.library): every other operator goes on. A check,
+    not a record function, since torch.compile drops record functions from what it compiles. The
+    real entry and both containers are keyword defaults, whose reads the guard refuses to anyone
+    (SEALED)."""
+    def redispatch_boxed(self, keyset, *args, _real=real, _refused=refused, _noted=redispatched,
+                         _perm=PermissionError, **kwargs):
+        name = self.schema().name
+        if name in _refused:
+            _noted.append(name)
+            raise _perm(f"ablate: {name} redispatched, a library operator of this task")
+        return _real(self, keyset, *args, **kwargs)
+    return redispatch_boxed
+
+
 CALLED: list[str] = []  # the sealed switches the kernel called (the driver reports them: driver_tampered)
+SEALED: list = []  # functions holding a real switch in a default: the guard refuses reading them to anyone
 
 
 def _refused(name: str):
@@ -68,6 +93,7 @@ class OpWatch:
         self.seen: list[str] = []
         self.tampered: str | None = None
         self.switches = switches or {n: getattr(torch._C._autograd, n) for n in SWITCHES[:3]}
+        self.switches.get("refused", set()).update(self.watched)
         self.mark = torch.autograd.profiler.record_function  # bound before any submission is imported
         self.config, self.activities, self.threads = _profiler_config(torch)
         warnings.filterwarnings("ignore", module="torch.autograd.profiler")
@@ -96,7 +122,7 @@ class OpWatch:
             self.tampered = TAMPERED
         elif CALLED:
             self.tampered = f"the kernel called torch's profiler switch {CALLED[0]}, the operator watch's own"
-        for name in sorted(names & self.watched):
+        for name in sorted((names | set(self.switches.get("redispatched", ()))) & self.watched):
             if name not in self.seen:
                 self.seen.append(name)
 

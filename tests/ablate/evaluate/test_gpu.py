@@ -101,6 +101,8 @@ def test_hidden_shapes_are_judged(judged):
     ("passthrough_thread", {"library_passthrough"}, False),
     ("watch_stopped", {"library_passthrough", "driver_tampered"}, False),
     ("watch_blinded", {"library_passthrough", "driver_tampered"}, False),
+    ("passthrough_redispatch", {"library_passthrough"}, False),
+    ("passthrough_redispatch_compiled", {"library_passthrough"}, False),
 ])
 def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
     r = judged(name, draws=1, scan=scan, **PUBLIC)

@@ -113,6 +113,9 @@ def test_a_report_for_another_batch_or_with_unmatched_descriptors_is_a_protocol_
     # turned off around it: both accepted while torch's switches were the kernel's to call
     ("watch_stopped", {"library_passthrough", "driver_tampered"}),
     ("watch_blinded", {"library_passthrough", "driver_tampered"}),
+    # the library redispatched: the dispatcher records no redispatch; accepted before evaluator 15
+    ("passthrough_redispatch", {"library_passthrough"}),
+    ("passthrough_redispatch_compiled", {"library_passthrough"}),  # torch.compile drops record functions
 ])
 def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, reasons):
     r = judged(name, scan=False)

@@ -88,8 +88,8 @@ def test_a_watch_whose_profiler_was_stopped_or_restarted_mid_batch_says_so(how):
 def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
     """In a candidate the switches are the watch's alone: torch's names for them (the C module's,
     torch.autograd's, the profiler module's, and a later `from ... import`) refuse, while the
-    watch, holding the real ones, still sees a library call. In a fresh interpreter: sealing is
-    for the candidate process's whole life."""
+    watch, holding the real ones, still sees a library call, and a redispatched one is refused. In a fresh
+    interpreter: sealing is for the candidate process's whole life."""
     code = (
         "import torch\n"
         "from ablate.evaluate._watch import OpWatch, seal_switches\n"
@@ -106,9 +106,21 @@ def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
         "with watch.watch():\n"
         "    torch.nn.functional.rms_norm(torch.randn(4, 8), (8,))\n"
         "print(refused, watch.seen, watch.tampered)\n"
+        "op, cpu = torch.ops.aten._fused_rms_norm.default, torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)\n"
+        "watch = OpWatch(('aten::_fused_rms_norm',), real)\n"
+        "with watch.watch():\n"
+        "    try:\n"
+        "        op.redispatch(cpu, torch.randn(4, 8), [8], None, 1e-6)\n"
+        "    except PermissionError:\n"
+        "        print('refused', end=' ')\n"
+        "    torch.ops.aten.mul.Tensor.redispatch(cpu, torch.ones(2), torch.ones(2))\n"
+        "print(watch.seen, watch.tampered)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     # the library call seen; a switch called (and refused) is the kernel's attempt, said
     assert out.stdout.split("\n")[0] == ("5 ['aten::rms_norm'] the kernel called torch's profiler switch "
                                          "_disable_profiler, the operator watch's own"), out.stdout
+    # a redispatch (the dispatcher records none) of a watched operator is refused and seen; of any
+    # other (a custom operator's autograd redispatches) it goes on
+    assert out.stdout.split("\n")[1].startswith("refused ['aten::_fused_rms_norm']"), out.stdout
