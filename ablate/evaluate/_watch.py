@@ -19,8 +19,8 @@ TAMPERED = "the operator watch was stopped, restarted or blinded during the batc
 def seal_switches(torch) -> dict:
     """torch's profiler switches (SWITCHES), for the driver's watch alone: every name a loaded
     module has for one, torch._C._autograd's own included (what a later import copies), is rebound
-    to a function that refuses; and a redispatch of a watched operator is refused and noted
-    (_checked_redispatch, its containers under "refused" and "redispatched"). Before the
+    to a function that refuses; and a watched operator run past the dispatcher's record function is
+    refused and noted (_checked_entry, its containers under "refused" and "redispatched"). Before the
     submission is imported; the switches returned are held by the driver's watch, which no name a
     kernel can look up leads to."""
     C = torch._C._autograd
@@ -34,29 +34,33 @@ def seal_switches(torch) -> dict:
         for key, value in list(ns.items()):
             if id(value) in stubs and any(value is f for f in real.values()):
                 ns[key] = stubs[id(value)]
-    handle = torch._C._DispatchOperatorHandle
     real["refused"], real["redispatched"] = set(), []
-    handle.redispatch_boxed = _checked_redispatch(handle.redispatch_boxed, real["refused"], real["redispatched"])
-    SEALED.append(handle.redispatch_boxed)
+    # the dispatcher's entries that run an operator's kernel without a record function
+    entries = [(torch._C._DispatchOperatorHandle, "redispatch_boxed", lambda h: h),  # OpOverload.redispatch
+               (getattr(torch._C, "_SafeKernelFunction", None), "call_boxed", lambda k: k.op_handle)]
+    for cls, attr, handle_of in entries:
+        if cls is not None and hasattr(cls, attr):
+            setattr(cls, attr, _checked_entry(getattr(cls, attr), handle_of, real["refused"], real["redispatched"]))
+            SEALED.append(getattr(cls, attr))
     return real
 
 
-def _checked_redispatch(real, refused: set, redispatched: list):
-    """OpOverload.redispatch's C entry (_DispatchOperatorHandle.redispatch_boxed), refusing the
-    task's library operators (`refused`, filled by the watch) and noting them (`redispatched`, read
-    by the watch): the dispatcher runs no record function for a redispatch, so the profiler never
-    saw one. Custom operators redispatch (torch.library): every other operator goes on. A check,
-    not a record function, since torch.compile drops record functions from what it compiles. The
-    real entry and both containers are keyword defaults, whose reads the guard refuses to anyone
-    (SEALED)."""
-    def redispatch_boxed(self, keyset, *args, _real=real, _refused=refused, _noted=redispatched,
-                         _perm=PermissionError, **kwargs):
-        name = self.schema().name
+def _checked_entry(real, handle_of, refused: set, redispatched: list):
+    """A dispatcher entry that runs an operator's kernel without a record function, so the profiler
+    never sees the call (OpOverload.redispatch; a kernel function got for a dispatch key): the
+    task's library operators (`refused`, filled by the watch) are refused and noted (`redispatched`,
+    read by the watch); every other operator goes on (custom operators redispatch, torch.library).
+    A check, not a record function, since torch.compile drops record functions from what it
+    compiles. The real entry and the containers are keyword defaults, whose reads the guard refuses
+    to anyone (SEALED)."""
+    def entry(self, keyset, *args, _real=real, _handle_of=handle_of, _refused=refused, _noted=redispatched,
+              _perm=PermissionError, **kwargs):
+        name = _handle_of(self).schema().name
         if name in _refused:
             _noted.append(name)
-            raise _perm(f"ablate: {name} redispatched, a library operator of this task")
+            raise _perm(f"ablate: {name} run past the dispatcher's record, a library operator of this task")
         return _real(self, keyset, *args, **kwargs)
-    return redispatch_boxed
+    return entry
 
 
 CALLED: list[str] = []  # the sealed switches the kernel called (the driver reports them: driver_tampered)

@@ -102,13 +102,14 @@ def test_hidden_shapes_are_judged(judged):
     ("watch_stopped", {"library_passthrough", "driver_tampered"}, False),
     ("watch_blinded", {"library_passthrough", "driver_tampered"}, False),
     ("passthrough_redispatch", {"library_passthrough"}, False),
-    ("passthrough_redispatch_compiled", {"library_passthrough"}, False),
+    ("passthrough_kernel_function", {"library_passthrough"}, False),
+    ("passthrough_redispatch_compiled", {"library_passthrough", "forbidden_code"}, False),
 ])
 def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
     r = judged(name, draws=1, scan=scan, **PUBLIC)
     assert r["verdict"] == "rejected"
     if len(reasons) > 1 and name in ("graph_replay", "output_cache", "side_stream", "side_stream_early",
-                                     "fingerprint_cache"):
+                                     "fingerprint_cache", "passthrough_redispatch_compiled"):
         assert reasons & set(r["reasons"]), r["details"]
     else:
         assert reasons <= set(r["reasons"]), r["details"]

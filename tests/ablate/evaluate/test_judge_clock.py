@@ -115,11 +115,18 @@ def test_a_report_for_another_batch_or_with_unmatched_descriptors_is_a_protocol_
     ("watch_blinded", {"library_passthrough", "driver_tampered"}),
     # the library redispatched: the dispatcher records no redispatch; accepted before evaluator 15
     ("passthrough_redispatch", {"library_passthrough"}),
-    ("passthrough_redispatch_compiled", {"library_passthrough"}),  # torch.compile drops record functions
+    ("passthrough_kernel_function", {"library_passthrough"}),  # a kernel function for a key, called boxed
+    # torch.compile drops record functions; inlining the check reads defaults refused to anyone:
+    # which one stops it depends on how torch.compile takes the call
+    ("passthrough_redispatch_compiled", {"library_passthrough", "forbidden_code"}),
 ])
 def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, reasons):
     r = judged(name, scan=False)
-    assert r["verdict"] == "rejected" and reasons <= set(r["reasons"]), r["details"]
+    assert r["verdict"] == "rejected", r["details"]
+    if name == "passthrough_redispatch_compiled":
+        assert reasons & set(r["reasons"]), r["details"]
+    else:
+        assert reasons <= set(r["reasons"]), r["details"]
 
 
 @pytest.mark.timeout(900)  # the compiled kernel's own limit (below), with room

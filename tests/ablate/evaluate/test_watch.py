@@ -114,6 +114,11 @@ def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
         "    except PermissionError:\n"
         "        print('refused', end=' ')\n"
         "    torch.ops.aten.mul.Tensor.redispatch(cpu, torch.ones(2), torch.ones(2))\n"
+        "    fn = torch._C._dispatch_get_computed_kernel_for_dispatch_key('aten::_fused_rms_norm', cpu.highestPriorityTypeId())\n"
+        "    try:\n"
+        "        fn.call_boxed(cpu, torch.randn(4, 8), [8], None, 1e-6)\n"
+        "    except PermissionError:\n"
+        "        print('refused', end=' ')\n"
         "print(watch.seen, watch.tampered)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -123,4 +128,4 @@ def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
                                          "_disable_profiler, the operator watch's own"), out.stdout
     # a redispatch (the dispatcher records none) of a watched operator is refused and seen; of any
     # other (a custom operator's autograd redispatches) it goes on
-    assert out.stdout.split("\n")[1].startswith("refused ['aten::_fused_rms_norm']"), out.stdout
+    assert out.stdout.split("\n")[1].startswith("refused refused ['aten::_fused_rms_norm']"), out.stdout
