@@ -22,6 +22,14 @@ DISTRIBUTIONS = ("normal", "offset", "large", "uniform", "tiny_rows")
 
 
 
+# Every library normalisation kernel: one computes another's contract on rearranged inputs (a
+# layer norm of [x, -x] is an RMS norm of x exactly, a group norm of one group is a layer norm), so
+# each normalisation operator counts them all as its library's work (library_ops).
+NORMALISATION_OPS = ("aten::rms_norm", "aten::_fused_rms_norm", "aten::layer_norm", "aten::native_layer_norm",
+                     "aten::group_norm", "aten::native_group_norm", "aten::batch_norm", "aten::native_batch_norm",
+                     "aten::_native_batch_norm_legit", "aten::instance_norm")
+
+
 @dataclass(frozen=True)
 class Baseline:
     """A library implementation of exactly the operator's contract."""

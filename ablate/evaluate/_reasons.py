@@ -6,7 +6,7 @@ each check rejected."""
 # 15: torch's profiler switches are the operator watch's alone in a candidate, and a batch whose
 #     watch lost its markers is driver_tampered (a kernel stopped the profiler around a library call);
 #     a library operator redispatched or run by its kernel function (the profiler records neither)
-#     is refused and a passthrough
+#     is refused and a passthrough; a normalisation's library operators are every normalisation's
 # 14: a build tool a library names that is nowhere on PATH fails as not found, not as forbidden
 #     (torch.compile asks for `nvcc --version` on a GPU: its honest kernels were rejected); a timed
 #     batch's checked calls distinct (two random draws could be one call, or the last)

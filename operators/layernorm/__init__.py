@@ -6,7 +6,7 @@ import torch
 from ablate.operators._baselines import compile_baselines, flashinfer_unavailable, liger_unavailable, quack_unavailable
 from ablate.operators._correctness import TOLERANCE
 from ablate.operators._inputs import dtype_of, esize, generator, tensor
-from ablate.operators._operator import Baseline, Operator, load_module
+from ablate.operators._operator import NORMALISATION_OPS, Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "ablate.operators.layernorm.reference")
@@ -87,7 +87,7 @@ OPERATOR = Operator(
         "torch.nn.functional.layer_norm", "torch.layer_norm", "F.layer_norm", "torch.nn.LayerNorm",
         "torch.native_layer_norm", "liger_kernel", "quack", "apex", "flashinfer",
     ),
-    library_ops=("aten::layer_norm", "aten::native_layer_norm"),
+    library_ops=NORMALISATION_OPS,
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Hidden sizes of GPT-style and Llama-family models (4096, 8192, 5120, 7168) times token batches; 4000 rows is not a power of two.",
 )

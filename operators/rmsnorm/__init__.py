@@ -6,7 +6,7 @@ import torch
 from ablate.operators._baselines import compile_baselines, flashinfer_unavailable, liger_unavailable, quack_unavailable
 from ablate.operators._correctness import TOLERANCE
 from ablate.operators._inputs import DTYPES, generator, tensor
-from ablate.operators._operator import Baseline, Operator, load_module
+from ablate.operators._operator import NORMALISATION_OPS, Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "ablate.operators.rmsnorm.reference")
@@ -82,7 +82,7 @@ OPERATOR = Operator(
     },
     library_calls=("torch.nn.functional.rms_norm", "torch.rms_norm", "F.rms_norm", "liger_kernel", "quack",
                    "flashinfer"),
-    library_ops=("aten::rms_norm", "aten::_fused_rms_norm"),
+    library_ops=NORMALISATION_OPS,
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Llama-3 8B/70B, Mistral and DeepSeek-V3 hidden sizes (4096, 8192, 5120, 7168) times token batches.",
 )

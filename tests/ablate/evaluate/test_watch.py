@@ -11,7 +11,7 @@ import torch
 from ablate.evaluate._watch import OpWatch, _recorded
 
 ROOT = Path(__file__).resolve().parents[3]
-RMSNORM_OPS = ("aten::rms_norm", "aten::_fused_rms_norm")  # operators/rmsnorm's library_ops
+RMSNORM_OPS = ("aten::rms_norm", "aten::_fused_rms_norm")  # RMSNorm's own (its library_ops: every normalisation)
 x, w = torch.randn(8, 64), torch.ones(64)
 
 
