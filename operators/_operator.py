@@ -21,15 +21,6 @@ Shape = dict[str, Any]  # e.g. {"M": 4096, "N": 4096, "dtype": "bfloat16"}
 DISTRIBUTIONS = ("normal", "offset", "large", "uniform", "tiny_rows")
 
 
-
-# Every library normalisation kernel: one computes another's contract on rearranged inputs (a
-# layer norm of [x, -x] is an RMS norm of x exactly, a group norm of one group is a layer norm), so
-# each normalisation operator counts them all as its library's work (library_ops).
-NORMALISATION_OPS = ("aten::rms_norm", "aten::_fused_rms_norm", "aten::layer_norm", "aten::native_layer_norm",
-                     "aten::group_norm", "aten::native_group_norm", "aten::batch_norm", "aten::native_batch_norm",
-                     "aten::_native_batch_norm_legit", "aten::instance_norm")
-
-
 @dataclass(frozen=True)
 class Baseline:
     """A library implementation of exactly the operator's contract."""
@@ -66,9 +57,9 @@ class Operator:
     # How an imported submission module becomes kernel(*inputs), as a plain description that
     # crosses processes (see operators/_entries.py). None: the module's `kernel` function.
     entry: dict[str, Any] | None = None
-    # ATen operators (schema names, e.g. "aten::_fused_rms_norm") that compute this operator's
-    # contract: dispatching one during the kernel's call is a library passthrough, however the
-    # call was spelled in the source.
+    # ATen operators (base names, e.g. "aten::_fused_rms_norm") that compute this operator's
+    # contract, whole families of them (operators/_library_ops.py): dispatching one during the
+    # kernel's call is a library passthrough, however the call was spelled in the source.
     library_ops: tuple[str, ...] = ()
     # For operators loaded from an external format: the conf/operators node that loads it
     # again (in another process), e.g. {"source": "kernelbench", "path": ..., "level": 1}.

@@ -19,7 +19,8 @@ dispatch mode, and every ATen operator it dispatches below autograd (a composite
 F.kl_div, as what it decomposes into) is in `library_ops` (views, allocations and copies aside).
 An alias (nn.KLDivLoss for F.kl_div, F.relu for torch.relu), the problem's own modules re-used in
 ModelNew (nn.Sequential, nn.Linear) or a mirrored call (torch.mm for matmul) dispatch the same
-operators.
+operators, and every library kernel of a family one of them belongs to (a convolution for a matrix
+product, a batch norm for a layer norm: operators/_library_ops.py) counts as the same work.
 A problem that cannot run on the meta device keeps only the dotted torch calls of its source
 (`library_calls`) and is listed in UNTRACED.
 
@@ -45,6 +46,7 @@ from ablate.errors import AblateError
 from ablate.operators import _meta
 from ablate.operators._inputs import generator, tensor
 from ablate.operators._entries import module_runner
+from ablate.operators._library_ops import base_name, library_family
 from ablate.operators._node import node_value
 from ablate.operators._operator import Baseline, Operator, load_module
 
@@ -131,7 +133,8 @@ def dispatched_ops(build) -> tuple[str, ...]:
         fn, inputs = build()
         with torch.no_grad(), Record():
             fn(*inputs)
-    return tuple(sorted(n for n in found if n.startswith("aten::") and n not in NEUTRAL_OPS))
+    return tuple(sorted({base_name(n) for n in found
+                         if n.startswith("aten::") and n not in NEUTRAL_OPS and base_name(n) not in NEUTRAL_OPS}))
 
 
 def _insensitive(op: Operator, make_inputs, reference, shape) -> str | None:
@@ -207,7 +210,7 @@ def from_file(file: Path, level: int, root: Path | None = None) -> Operator:
     shape = {"problem": stem, "dtype": dtype}
     name = f"kernelbench/{stem}"
     try:
-        library_ops = dispatched_ops(lambda: (mod.Model(*mod.get_init_inputs()), tuple(mod.get_inputs())))
+        library_ops = library_family(*dispatched_ops(lambda: (mod.Model(*mod.get_init_inputs()), tuple(mod.get_inputs()))))
         UNTRACED.pop(name, None)
     except Exception as e:  # noqa: BLE001 - data-dependent shapes, .item(), an op without a meta kernel
         library_ops = ()

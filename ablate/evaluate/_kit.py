@@ -55,7 +55,7 @@ sys.exit(_candidate.boot(finder, *sys.argv[1:]))
 KIT = ("ablate.evaluate._candidate", "ablate.evaluate._channel", "ablate.evaluate._guard",
        "ablate.evaluate._integrity", "ablate.evaluate._reasons", "ablate.evaluate._tensors",
        "ablate.evaluate._cuda", "ablate.evaluate._exchange", "ablate.evaluate._pool", "ablate.evaluate._watch",
-       "ablate.evaluate._gpu", "ablate.operators._entries")
+       "ablate.evaluate._gpu", "ablate.operators._entries", "ablate.operators._library_ops")
 KIT_PACKAGES = ("ablate", "ablate.evaluate", "ablate.operators")
 
 INNER_ROOT = "/eval"  # where a candidate's evaluation root appears inside the sandbox (read-only)

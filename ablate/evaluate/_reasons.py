@@ -3,6 +3,9 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 16: an operator's library operators are whole families of library kernels (a convolution for a
+#     matrix product, a batch norm for an RMS norm, a masked softmax for a softmax), in-place
+#     variants included (operators/_library_ops.py)
 # 15: torch's profiler switches are the operator watch's alone in a candidate, and a batch whose
 #     watch lost its markers is driver_tampered (a kernel stopped the profiler around a library call);
 #     a library operator redispatched or run by its kernel function (the profiler records neither)
@@ -17,7 +20,7 @@ each check rejected."""
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "15"
+VERSION = "16"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

@@ -8,6 +8,8 @@ import contextlib
 import os
 import sys
 
+from ablate.operators._library_ops import recorded_names
+
 # torch's switches of its profiler and of the record functions it is fed by: a kernel that could
 # call them would stop the watch, restart it empty or turn recording off around a library call. In
 # a candidate they are the driver's alone (seal_switches); the first three are what the watch runs on.
@@ -93,7 +95,7 @@ class OpWatch:
         import torch
 
         self.torch = torch
-        self.watched = frozenset(names)
+        self.watched = recorded_names(names)  # in-place variants too: the same kernels
         self.seen: list[str] = []
         self.tampered: str | None = None
         self.switches = switches or {n: getattr(torch._C._autograd, n) for n in SWITCHES[:3]}

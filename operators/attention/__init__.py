@@ -6,6 +6,7 @@ import torch
 from ablate.operators._baselines import compile_baselines
 from ablate.operators._correctness import TOLERANCE
 from ablate.operators._inputs import dtype_of, esize, generator, tensor
+from ablate.operators._library_ops import ATTENTION_OPS, MATMUL_OPS, SOFTMAX_OPS
 from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
@@ -102,13 +103,7 @@ OPERATOR = Operator(
         "torch.nn.functional.multi_head_attention_forward", "torch.softmax", "torch.nn.functional.softmax",
         "F.softmax", "flash_attn", "flashinfer", "xformers", "quack",
     ),
-    library_ops=(
-        "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
-        "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
-        "aten::_flash_attention_forward", "aten::_efficient_attention_forward", "aten::softmax", "aten::_softmax",
-        "aten::_safe_softmax", "aten::log_softmax", "aten::_log_softmax", "aten::mm", "aten::addmm", "aten::bmm",
-        "aten::baddbmm", "aten::matmul", "aten::linear", "aten::einsum", "aten::_scaled_mm", "aten::mv", "aten::dot",
-    ),
+    library_ops=ATTENTION_OPS + SOFTMAX_OPS + MATMUL_OPS,
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Prefill with head dim 128 (Llama-3, 32 heads, 4096-8192 tokens) and 64 (GPT-2/Llama-3.2-1B style, 1024 tokens); 3000 tokens with 24 heads is not a power of two.",
 )

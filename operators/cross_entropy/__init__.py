@@ -6,6 +6,7 @@ import torch
 from ablate.operators._baselines import compile_baselines, liger_unavailable, quack_unavailable
 from ablate.operators._correctness import ContractRule
 from ablate.operators._inputs import dtype_of, esize, generator, integers, tensor
+from ablate.operators._library_ops import library_family
 from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
@@ -109,9 +110,8 @@ OPERATOR = Operator(
         "F.log_softmax", "torch.log_softmax", "torch.logsumexp", "Tensor.logsumexp", "Tensor.log_softmax",
         "torch.special.logsumexp", "liger_kernel", "quack",
     ),
-    library_ops=(
-        "aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::log_softmax", "aten::_log_softmax",
-        "aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd", "aten::nll_loss_forward",
+    library_ops=library_family(
+        "aten::softmax", "aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd", "aten::nll_loss_forward",
         "aten::logsumexp",
     ),
     task_files={"reference.py": HERE / "reference.py"},

@@ -6,7 +6,8 @@ import torch
 from ablate.operators._baselines import compile_baselines, flashinfer_unavailable, liger_unavailable, quack_unavailable
 from ablate.operators._correctness import TOLERANCE
 from ablate.operators._inputs import DTYPES, generator, tensor
-from ablate.operators._operator import NORMALISATION_OPS, Baseline, Operator, load_module
+from ablate.operators._library_ops import NORMALISATION_OPS
+from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
 _ref = load_module(HERE / "reference.py", "ablate.operators.rmsnorm.reference")

@@ -8,6 +8,7 @@ import torch
 from ablate import operators
 from ablate.errors import AblateError
 from ablate.operators import kernelbench
+from ablate.operators._library_ops import recorded_names
 from ablate.operators._operator import load_module
 
 DATA = Path(__file__).parent / "data" / "kernelbench"
@@ -211,6 +212,18 @@ ALIASES = {
                        "    def forward(self, x):\n        return self.network(x)\n",
 }
 HONEST_REWRITES = {"2_ReLU": "def kernel(x):\n    return x * (x > 0)\n"}
+# the same library kernels reached another way: in place (aten::relu_), or another kernel of the
+# reference's family (a width-1 convolution for each Linear: operators/_library_ops.py)
+MIRRORS = {
+    "2_ReLU": "def kernel(x):\n    return x.clone().relu_()\n",
+    "3_DeepNarrowMLP": "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                       "    def __init__(self, input_size, hidden_layer_sizes, output_size):\n        super().__init__()\n"
+                       "        sizes = [input_size, *hidden_layer_sizes, output_size]\n"
+                       "        self.w = nn.ParameterList(nn.Parameter(torch.randn(o, i)) for i, o in zip(sizes, sizes[1:]))\n\n"
+                       "    def forward(self, x):\n        for i, w in enumerate(self.w):\n"
+                       "            x = torch.nn.functional.conv1d(x.unsqueeze(-1), w.unsqueeze(-1)).squeeze(-1)\n"
+                       "            x = x.clamp(min=0) if i < len(self.w) - 1 else x\n        return x\n",
+}
 
 
 @pytest.fixture
@@ -241,6 +254,14 @@ def test_library_ops_are_what_the_reference_dispatches_so_aliases_share_them(pro
         assert _dispatched(ops[stem], tmp_path, source, f"alias_{stem}") & set(ops[stem].library_ops), stem
     for stem, source in HONEST_REWRITES.items():
         assert not _dispatched(ops[stem], tmp_path, source, f"honest_{stem}") & set(ops[stem].library_ops), stem
+
+
+def test_a_mirror_of_the_references_library_kernel_shares_its_operators(problems, tmp_path):
+    ops = {o.name.split("/")[1]: o for o in kernelbench.load(problems, 1)}
+    for stem, source in MIRRORS.items():
+        watched = recorded_names(ops[stem].library_ops)  # what the candidate's watch looks for
+        assert _dispatched(ops[stem], tmp_path, source, f"mirror_{stem}") & watched, stem
+    assert "aten::convolution" in ops["3_DeepNarrowMLP"].library_ops  # addmm's family
 
 
 def test_the_old_spelling_check_missed_every_alias(problems):

@@ -118,6 +118,16 @@ def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
         assert "below_roofline" in r["reasons"]  # a time faster than physics is never let through
 
 
+@pytest.mark.parametrize("op,name", [("gemm", "passthrough_conv"), ("gemm", "passthrough_inplace"),
+                                     ("softmax", "passthrough_masked_softmax"), ("rmsnorm", "passthrough_batch_norm")])
+def test_a_mirrored_library_kernel_is_a_passthrough_on_a_gpu(kernels, op, name):
+    """On a GPU the mirrors reach cuDNN's convolution and batch norm, cuBLAS's in-place GEMM."""
+    from ablate.evaluate import evaluate
+
+    r = evaluate(op, kernels / f"{name}.py", shapes="smoke", seed=7, draws=1, scan=False)
+    assert r["verdict"] == "rejected" and "library_passthrough" in r["reasons"], r["details"]
+
+
 def test_every_accepted_time_is_within_speed_of_light(judged):
     """sol_fraction <= 1 for the kernel and, through the floor, for every library it beat."""
     import torch

@@ -130,6 +130,21 @@ def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, r
         assert reasons <= set(r["reasons"]), r["details"]
 
 
+# another library kernel computing the contract on rearranged inputs (a mirror), accepted while each
+# operator's library operators were its own names: every kernel of the family counts (_library_ops)
+@pytest.mark.parametrize("op,name", [
+    ("gemm", "passthrough_conv"),  # a width-1 convolution is a matrix product; the static scan passes it
+    ("gemm", "passthrough_inplace"),  # Tensor.addmm_ records aten::addmm_; the static scan passes it
+    ("softmax", "passthrough_masked_softmax"),  # nothing masked
+    ("rmsnorm", "passthrough_batch_norm"),  # a training-mode batch norm of [x, -x], x's rows as channels
+])
+def test_a_mirrored_library_kernel_is_a_passthrough(op, name):
+    from ablate.evaluate import evaluate
+
+    r = evaluate(op, KERNELS / f"{name}.py", shapes="smoke", seed=7, draws=1, scan=False)
+    assert r["verdict"] == "rejected" and "library_passthrough" in r["reasons"], r["details"]
+
+
 @pytest.mark.timeout(900)  # the compiled kernel's own limit (below), with room
 @pytest.mark.parametrize("name,flag", [
     ("thread_pool", "threads_left_running"),  # a pool of the kernel's own, its workers idle between calls
@@ -208,7 +223,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "15"
+    assert r["evaluator_version"] == "16"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 

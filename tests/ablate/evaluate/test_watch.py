@@ -40,6 +40,14 @@ def test_a_library_operator_is_seen_however_it_is_called(spelling):
     assert watch.threads  # this torch records every thread
 
 
+def test_an_in_place_variant_of_a_library_operator_is_seen():
+    """Tensor.addmm_ records aten::addmm_, a name of its own, for aten::addmm's kernel."""
+    watch = OpWatch(("aten::addmm",))
+    with watch.watch():
+        torch.zeros(8, 8).addmm_(x[:, :8], torch.eye(8))
+    assert watch.seen == ["aten::addmm_"]
+
+
 def test_the_kernels_own_arithmetic_is_not_a_library_operator():
     watch = OpWatch(RMSNORM_OPS)
     with watch.watch():

@@ -1,0 +1,87 @@
+"""Library kernels by what they compute: the ATen operators (base names, as the profiler records
+them) whose dispatch during a kernel's call is a library passthrough (Operator.library_ops).
+
+One library kernel computes another's contract on rearranged inputs: a layer norm, or a
+training-mode batch norm, of [x, -x] is x's RMS norm; a width-1 convolution is a matrix product; a
+masked softmax with nothing masked is the softmax. So an operator whose library work is one of a
+family's counts the whole family as its library's (library_family), and a name torch adds to a
+family's patterns fails tests/operators/test_library_ops.py until it is placed in one or set aside
+there. An in-place variant (trailing "_") is the same kernel: the families hold base names, and the
+watch looks for both (recorded_names)."""
+from __future__ import annotations
+
+NORMALISATION_OPS = tuple("aten::" + n for n in (
+    "rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm", "group_norm", "native_group_norm",
+    "instance_norm", "batch_norm", "native_batch_norm", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional", "_batch_norm_impl_index",
+    "_batch_norm_with_update", "_batch_norm_with_update_functional", "_batch_norm_no_update", "cudnn_batch_norm",
+    "miopen_batch_norm", "quantized_batch_norm",
+    # the pieces of a synchronised batch norm: per-channel statistics, and the normalisation by them
+    "batch_norm_stats", "batch_norm_elemt", "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts",
+    "batch_norm_update_stats",
+))
+
+SOFTMAX_OPS = tuple("aten::" + n for n in (
+    "softmax", "_softmax", "_safe_softmax", "log_softmax", "_log_softmax", "special_softmax",
+    "special_log_softmax", "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax",
+    "_nested_tensor_softmax_with_shape",
+))
+
+MATMUL_OPS = tuple("aten::" + n for n in (
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "einsum", "tensordot", "bilinear", "_trilinear",
+    "mv", "addmv", "dot", "vdot", "linalg_vecdot", "linalg_matmul", "linalg_multi_dot", "chain_matmul",
+    "_addmm_activation", "_int_mm", "_mixed_dtypes_linear", "_scaled_mm", "_scaled_mm_v2", "_grouped_mm",
+    "_scaled_grouped_mm", "_scaled_grouped_mm_v2", "_foreach_mm", "_weight_int8pack_mm", "_weight_int4pack_mm",
+    "_weight_int4pack_mm_for_cpu", "_weight_int4pack_mm_with_scales_and_zeros", "_dyn_quant_matmul_4bit",
+    "mkldnn_linear", "_wrapped_quantized_linear_prepacked", "fbgemm_linear_fp16_weight", "fbgemm_linear_fp16_weight_fp32_activation",
+    "fbgemm_linear_int8_weight", "fbgemm_linear_int8_weight_fp32_activation",
+    "_sparse_mm", "_sparse_addmm", "sspaddmm", "hspmm", "smm", "sparse_sampled_addmm", "_sparse_sparse_matmul",
+    "_sparse_mm_reduce_impl", "_sparse_semi_structured_linear", "_sparse_semi_structured_mm",
+    "_sparse_semi_structured_addmm", "_cslt_sparse_mm",
+    # a convolution of width 1 (or any width, over a Toeplitz layout) is a matrix product
+    "convolution", "_convolution", "_convolution_mode", "convolution_overrideable", "conv1d", "conv2d", "conv3d",
+    "conv_tbc", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cudnn_convolution",
+    "cudnn_convolution_relu", "cudnn_convolution_add_relu", "cudnn_convolution_transpose", "miopen_convolution",
+    "miopen_convolution_transpose", "miopen_convolution_relu", "miopen_convolution_add_relu",
+    "miopen_depthwise_convolution", "mkldnn_convolution", "_slow_conv2d_forward",
+    "thnn_conv2d", "slow_conv3d", "slow_conv3d_forward", "slow_conv_dilated2d", "slow_conv_dilated3d",
+    "slow_conv_transpose2d", "slow_conv_transpose3d", "_conv_depthwise2d", "conv_depthwise3d",
+    "_nnpack_spatial_convolution", "_mps_convolution", "_mps_convolution_transpose",
+))
+
+ATTENTION_OPS = tuple("aten::" + n for n in (
+    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_attention_math", "_scaled_dot_product_attention_math_for_mps",
+    "_scaled_dot_product_fused_attention_overrideable", "_flash_attention_forward",
+    "_flash_attention_forward_no_dropout_inplace", "_efficient_attention_forward", "_cudnn_attention_forward",
+    "_native_multi_head_attention", "_triton_multi_head_attention", "_triton_scaled_dot_attention",
+    "_transformer_encoder_layer_fwd",
+))
+
+FAMILIES = (NORMALISATION_OPS, SOFTMAX_OPS, MATMUL_OPS, ATTENTION_OPS)
+
+
+def base_name(name: str) -> str:
+    """An operator's name with an in-place variant's trailing "_" taken off ("aten::addmm_" is
+    aten::addmm's kernel writing into its first argument); dunder names ("aten::__and__") kept."""
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
+def recorded_names(ops) -> frozenset[str]:
+    """Every name the profiler records for `ops`' kernels: each base name and its in-place variant
+    (`Tensor.addmm_` records aten::addmm_, aten::addmm's kernel writing into its first argument)."""
+    return frozenset(n for op in ops for n in (op, op + "_"))
+
+
+def library_family(*ops: str) -> tuple[str, ...]:
+    """`ops` and every family one of them belongs to, each name once, in a stable order."""
+    names = dict.fromkeys(ops)
+    for family in FAMILIES:
+        if names.keys() & set(family):
+            names.update(dict.fromkeys(family))
+    return tuple(names)
+
+
+__all__ = ["ATTENTION_OPS", "FAMILIES", "MATMUL_OPS", "NORMALISATION_OPS", "SOFTMAX_OPS", "base_name", "library_family",
+           "recorded_names"]
