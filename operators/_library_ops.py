@@ -61,6 +61,15 @@ ATTENTION_OPS = tuple("aten::" + n for n in (
 
 FAMILIES = (NORMALISATION_OPS, SOFTMAX_OPS, MATMUL_OPS, ATTENTION_OPS)
 
+# Calls of other array libraries that reach the same vendor kernels with no ATen operator
+# dispatched (CuPy's matmul is cuBLAS's GEMM, NumPy's the CPU's BLAS): the run-time watch cannot
+# see them, so the static scan looks for them (Operator.library_calls; a computed name passes it).
+MATMUL_CALLS = tuple(f"{lib}.{fn}" for lib in ("numpy", "cupy") for fn in (
+    "matmul", "dot", "vdot", "inner", "einsum", "tensordot", "linalg")) + (
+    "cupy.cublas", "cupy.cuda.cublas", "cupy_backends.cuda.libs.cublas", "cupy.cutensor", "cupyx.cutensor",
+    "cupyx.cusparse", "cupyx.scipy.linalg", "scipy.linalg")
+SOFTMAX_CALLS = tuple(f"{lib}.special.{fn}" for lib in ("scipy", "cupyx.scipy") for fn in ("softmax", "log_softmax"))
+
 
 def base_name(name: str) -> str:
     """An operator's name with an in-place variant's trailing "_" taken off ("aten::addmm_" is
@@ -83,5 +92,5 @@ def library_family(*ops: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-__all__ = ["ATTENTION_OPS", "FAMILIES", "MATMUL_OPS", "NORMALISATION_OPS", "SOFTMAX_OPS", "base_name", "library_family",
+__all__ = ["ATTENTION_OPS", "FAMILIES", "MATMUL_CALLS", "MATMUL_OPS", "SOFTMAX_CALLS", "NORMALISATION_OPS", "SOFTMAX_OPS", "base_name", "library_family",
            "recorded_names"]

@@ -6,7 +6,7 @@ import torch
 from ablate.operators._baselines import compile_baselines
 from ablate.operators._correctness import TOLERANCE
 from ablate.operators._inputs import dtype_of, esize, generator, tensor
-from ablate.operators._library_ops import ATTENTION_OPS, MATMUL_OPS, SOFTMAX_OPS
+from ablate.operators._library_ops import ATTENTION_OPS, MATMUL_CALLS, MATMUL_OPS, SOFTMAX_CALLS, SOFTMAX_OPS
 from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
@@ -102,7 +102,7 @@ OPERATOR = Operator(
         "torch._scaled_dot_product_cudnn_attention", "torch.nn.attention", "torch.nn.MultiheadAttention",
         "torch.nn.functional.multi_head_attention_forward", "torch.softmax", "torch.nn.functional.softmax",
         "F.softmax", "flash_attn", "flashinfer", "xformers", "quack",
-    ),
+    ) + MATMUL_CALLS + SOFTMAX_CALLS,
     library_ops=ATTENTION_OPS + SOFTMAX_OPS + MATMUL_OPS,
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Prefill with head dim 128 (Llama-3, 32 heads, 4096-8192 tokens) and 64 (GPT-2/Llama-3.2-1B style, 1024 tokens); 3000 tokens with 24 heads is not a power of two.",

@@ -6,7 +6,7 @@ import torch
 from ablate.operators._baselines import compile_baselines, liger_unavailable, quack_unavailable
 from ablate.operators._correctness import ContractRule
 from ablate.operators._inputs import dtype_of, esize, generator, integers, tensor
-from ablate.operators._library_ops import library_family
+from ablate.operators._library_ops import SOFTMAX_CALLS, library_family
 from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
@@ -109,7 +109,7 @@ OPERATOR = Operator(
         "torch.nn.functional.nll_loss", "F.nll_loss", "torch.nn.functional.log_softmax",
         "F.log_softmax", "torch.log_softmax", "torch.logsumexp", "Tensor.logsumexp", "Tensor.log_softmax",
         "torch.special.logsumexp", "liger_kernel", "quack",
-    ),
+    ) + SOFTMAX_CALLS,
     library_ops=library_family(
         "aten::softmax", "aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd", "aten::nll_loss_forward",
         "aten::logsumexp",

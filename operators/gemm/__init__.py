@@ -6,7 +6,7 @@ import torch
 from ablate.operators._baselines import compiled
 from ablate.operators._correctness import TOLERANCE
 from ablate.operators._inputs import dtype_of, esize, generator, tensor
-from ablate.operators._library_ops import MATMUL_OPS
+from ablate.operators._library_ops import MATMUL_CALLS, MATMUL_OPS
 from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
@@ -69,7 +69,7 @@ OPERATOR = Operator(
         "torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.einsum", "torch.tensordot",
         "torch.nn.functional.linear", "F.linear", "torch.nn.Linear", "Tensor.matmul",
         "Tensor.mm", "@", "torch._scaled_mm", "torch._grouped_mm", "quack",
-    ),
+    ) + MATMUL_CALLS,
     library_ops=MATMUL_OPS,
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Square 4096/8192 GEMMs and Llama-3 8B projections (hidden 4096, MLP 14336, 1024-wide KV projection) over token batches; 4000 rows is not a power of two.",

@@ -6,7 +6,7 @@ import torch
 from ablate.operators._baselines import compiled
 from ablate.operators._correctness import TOLERANCE
 from ablate.operators._inputs import dtype_of, esize, generator, tensor
-from ablate.operators._library_ops import MATMUL_OPS
+from ablate.operators._library_ops import MATMUL_CALLS, MATMUL_OPS
 from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
@@ -107,7 +107,7 @@ OPERATOR = Operator(
         "torch._grouped_mm", "torch.nn.functional.grouped_mm", "torch.matmul", "torch.mm", "torch.bmm",
         "torch.addmm", "torch.einsum", "torch.nn.functional.linear", "F.linear", "Tensor.matmul",
         "Tensor.mm", "@", "megablocks", "liger_kernel", "quack",
-    ),
+    ) + MATMUL_CALLS,
     library_ops=MATMUL_OPS,
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="MoE experts of Mixtral-8x7B (8 x 14336x4096), Qwen3-30B-A3B (128 x 768x2048), DeepSeek-V2-Lite (64 x 1408x2048) and a 32-expert 7168-hidden layer, top-2 to top-8 routing; group sizes are uneven.",

@@ -6,7 +6,7 @@ import torch
 from ablate.operators._baselines import compile_baselines, liger_unavailable, quack_unavailable
 from ablate.operators._correctness import TOLERANCE
 from ablate.operators._inputs import dtype_of, esize, generator, tensor
-from ablate.operators._library_ops import SOFTMAX_OPS
+from ablate.operators._library_ops import SOFTMAX_CALLS, SOFTMAX_OPS
 from ablate.operators._operator import Baseline, Operator, load_module
 
 HERE = Path(__file__).parent
@@ -78,7 +78,7 @@ OPERATOR = Operator(
         "torch.nn.functional.softmax", "torch.softmax", "F.softmax", "Tensor.softmax",
         "torch.nn.Softmax", "torch._softmax", "torch.special.softmax", "torch.nn.functional.log_softmax",
         "liger_kernel", "quack",
-    ),
+    ) + SOFTMAX_CALLS,
     library_ops=SOFTMAX_OPS,
     task_files={"reference.py": HERE / "reference.py"},
     why_shapes="Attention-score and vocabulary rows: 4096/3072 columns, 32768 (long context), 128256 (Llama-3 vocabulary); 12000 rows is not a power of two.",

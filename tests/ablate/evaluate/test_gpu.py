@@ -118,13 +118,16 @@ def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
         assert "below_roofline" in r["reasons"]  # a time faster than physics is never let through
 
 
-@pytest.mark.parametrize("op,name", [("gemm", "passthrough_conv"), ("gemm", "passthrough_inplace"),
-                                     ("softmax", "passthrough_masked_softmax"), ("rmsnorm", "passthrough_batch_norm")])
-def test_a_mirrored_library_kernel_is_a_passthrough_on_a_gpu(kernels, op, name):
+@pytest.mark.parametrize("op,name,scan", [
+    ("gemm", "passthrough_conv", False), ("gemm", "passthrough_inplace", False),
+    ("softmax", "passthrough_masked_softmax", False), ("rmsnorm", "passthrough_batch_norm", False),
+    ("gemm", "passthrough_cupy", True),  # cuBLAS through CuPy: no ATen operator, the scan names it
+])
+def test_a_mirrored_library_kernel_is_a_passthrough_on_a_gpu(kernels, op, name, scan):
     """On a GPU the mirrors reach cuDNN's convolution and batch norm, cuBLAS's in-place GEMM."""
     from ablate.evaluate import evaluate
 
-    r = evaluate(op, kernels / f"{name}.py", shapes="smoke", seed=7, draws=1, scan=False)
+    r = evaluate(op, kernels / f"{name}.py", shapes="smoke", seed=7, draws=1, scan=scan)
     assert r["verdict"] == "rejected" and "library_passthrough" in r["reasons"], r["details"]
 
 

@@ -132,16 +132,18 @@ def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, r
 
 # another library kernel computing the contract on rearranged inputs (a mirror), accepted while each
 # operator's library operators were its own names: every kernel of the family counts (_library_ops)
-@pytest.mark.parametrize("op,name", [
-    ("gemm", "passthrough_conv"),  # a width-1 convolution is a matrix product; the static scan passes it
-    ("gemm", "passthrough_inplace"),  # Tensor.addmm_ records aten::addmm_; the static scan passes it
-    ("softmax", "passthrough_masked_softmax"),  # nothing masked
-    ("rmsnorm", "passthrough_batch_norm"),  # a training-mode batch norm of [x, -x], x's rows as channels
+@pytest.mark.parametrize("op,name,scan", [
+    ("gemm", "passthrough_conv", False),  # a width-1 convolution is a matrix product; the static scan passes it
+    ("gemm", "passthrough_inplace", False),  # Tensor.addmm_ records aten::addmm_; the static scan passes it
+    ("softmax", "passthrough_masked_softmax", False),  # nothing masked
+    ("rmsnorm", "passthrough_batch_norm", False),  # a training-mode batch norm of [x, -x], x's rows as channels
+    # NumPy's matmul dispatches no ATen operator: the watch cannot see it, the scan names it
+    ("gemm", "passthrough_numpy", True),
 ])
-def test_a_mirrored_library_kernel_is_a_passthrough(op, name):
+def test_a_mirrored_library_kernel_is_a_passthrough(op, name, scan):
     from ablate.evaluate import evaluate
 
-    r = evaluate(op, KERNELS / f"{name}.py", shapes="smoke", seed=7, draws=1, scan=False)
+    r = evaluate(op, KERNELS / f"{name}.py", shapes="smoke", seed=7, draws=1, scan=scan)
     assert r["verdict"] == "rejected" and "library_passthrough" in r["reasons"], r["details"]
 
 

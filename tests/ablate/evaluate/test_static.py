@@ -68,6 +68,15 @@ def test_method_and_matmul_patterns():
     assert scan("import torch\ndef kernel(a, b): return torch.matmul(a, b)", calls) == ["torch.matmul"]
 
 
+@pytest.mark.parametrize("name,found", [("passthrough_cupy", "cupy.matmul"), ("passthrough_numpy", "numpy.matmul")])
+def test_another_array_librarys_product_is_a_gemm_passthrough(kernels, name, found):
+    """CuPy's matmul is cuBLAS, NumPy's the CPU's BLAS: no ATen operator runs, so only the scan sees them."""
+    from ablate import operators
+
+    assert found in scan((kernels / f"{name}.py").read_text(), operators.get("gemm").library_calls)
+    assert scan("import cupy as cp\ndef kernel(a, b): return cp.RawKernel('', 'k')", operators.get("gemm").library_calls) == []
+
+
 def flagged(src: str) -> list[str]:
     tree, err = _static.parse(src)
     assert tree is not None, err
