@@ -5,7 +5,8 @@ each check rejected."""
 # The judge's rules, as one version: records judged under different versions never pair.
 # 16: an operator's library operators are whole families of library kernels (a convolution for a
 #     matrix product, a batch norm for an RMS norm, a masked softmax for a softmax), in-place
-#     variants included (operators/_library_ops.py)
+#     variants included (operators/_library_ops.py); an operator's kernel run for a dispatch key
+#     (OpOverload._op_dk, unrecorded) is refused for them and a passthrough
 # 15: torch's profiler switches are the operator watch's alone in a candidate, and a batch whose
 #     watch lost its markers is driver_tampered (a kernel stopped the profiler around a library call);
 #     a library operator redispatched or run by its kernel function (the profiler records neither)

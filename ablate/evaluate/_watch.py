@@ -22,20 +22,12 @@ def seal_switches(torch) -> dict:
     """torch's profiler switches (SWITCHES), for the driver's watch alone: every name a loaded
     module has for one, torch._C._autograd's own included (what a later import copies), is rebound
     to a function that refuses; and a watched operator run past the dispatcher's record function is
-    refused and noted (_checked_entry, its containers under "refused" and "redispatched"). Before the
-    submission is imported; the switches returned are held by the driver's watch, which no name a
-    kernel can look up leads to."""
+    refused and noted (_checked_entry and _checked_for_key, their containers under "refused" and
+    "redispatched"). Before the submission is imported; the switches returned are held by the
+    driver's watch, which no name a kernel can look up leads to."""
     C = torch._C._autograd
     real = {n: getattr(C, n) for n in SWITCHES if hasattr(C, n)}
-    stubs = {id(f): _refused(n) for n, f in real.items()}
-    module = type(sys)
-    for mod in [C, *list(sys.modules.values())]:
-        if not isinstance(mod, module):
-            continue
-        ns = vars(mod)
-        for key, value in list(ns.items()):
-            if id(value) in stubs and any(value is f for f in real.values()):
-                ns[key] = stubs[id(value)]
+    _rebind([C], {id(f): (f, _refused(n)) for n, f in real.items()})
     real["refused"], real["redispatched"] = set(), []
     # the dispatcher's entries that run an operator's kernel without a record function
     entries = [(torch._C._DispatchOperatorHandle, "redispatch_boxed", lambda h: h),  # OpOverload.redispatch
@@ -44,7 +36,71 @@ def seal_switches(torch) -> dict:
         if cls is not None and hasattr(cls, attr):
             setattr(cls, attr, _checked_entry(getattr(cls, attr), handle_of, real["refused"], real["redispatched"]))
             SEALED.append(getattr(cls, attr))
+    _seal_for_key(torch, real["refused"], real["redispatched"])
     return real
+
+
+def _rebind(first: list, replacements: dict) -> None:
+    """Every name a loaded module (and each of `first`) has for a function in `replacements`
+    ({id: (function, replacement)}) rebound to its replacement."""
+    module = type(sys)
+    for mod in [*first, *list(sys.modules.values())]:
+        if not isinstance(mod, module):
+            continue
+        ns = vars(mod)
+        for key, value in list(ns.items()):
+            pair = replacements.get(id(value))
+            if pair is not None and value is pair[0]:
+                ns[key] = pair[1]
+
+
+def _seal_for_key(torch, refused: set, redispatched: list) -> None:
+    """An operator's kernel for a dispatch key (OpOverload._op_dk, the second item of
+    torch._C._get_operation_overload: what torch's Python dispatcher calls) runs with no record
+    function either. Every such entry made so far, and every one made later, becomes a partial of
+    one checked function (_checked_for_key) that holds the real ones in a table among its defaults."""
+    import functools
+
+    ops = torch._ops
+    for_key, reals = _checked_for_key(refused, redispatched)
+    for ns in list(vars(torch.ops).values()):
+        if not isinstance(ns, ops._OpNamespace):
+            continue
+        for packet in list(vars(ns).values()):
+            if not isinstance(packet, ops.OpOverloadPacket):
+                continue
+            for overload in list(vars(packet).values()):
+                if isinstance(overload, ops.OpOverload):
+                    key = (overload._schema.name, overload._schema.overload_name)
+                    reals[key] = overload._op_dk
+                    overload._op_dk = functools.partial(for_key, key)
+
+    def get_operation_overload(name, overload, *args, _real=torch._C._get_operation_overload, _reals=reals,
+                               _for_key=for_key, _partial=functools.partial, **kwargs):
+        found = _real(name, overload, *args, **kwargs)
+        if found is None:
+            return found
+        op, op_dk, *rest = found
+        _reals[(name, overload)] = op_dk
+        return (op, _partial(_for_key, (name, overload)), *rest)
+
+    real_get = torch._C._get_operation_overload
+    _rebind([torch._C], {id(real_get): (real_get, get_operation_overload)})
+    SEALED.extend([for_key, get_operation_overload])
+
+
+def _checked_for_key(refused: set, redispatched: list):
+    """(the checked entry for a dispatch key, its table {(operator, overload): real entry}): the
+    task's library operators refused and noted, as _checked_entry does."""
+    reals: dict = {}
+
+    def for_key(_key, dk, *args, _reals=reals, _refused=refused, _noted=redispatched, _perm=PermissionError,
+                **kwargs):
+        if _key[0] in _refused:
+            _noted.append(_key[0])
+            raise _perm(f"ablate: {_key[0]} run for a dispatch key, a library operator of this task")
+        return _reals[_key](dk, *args, **kwargs)
+    return for_key, reals
 
 
 def _checked_entry(real, handle_of, refused: set, redispatched: list):

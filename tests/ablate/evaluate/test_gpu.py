@@ -103,6 +103,7 @@ def test_hidden_shapes_are_judged(judged):
     ("watch_blinded", {"library_passthrough", "driver_tampered"}, False),
     ("passthrough_redispatch", {"library_passthrough"}, False),
     ("passthrough_kernel_function", {"library_passthrough"}, False),
+    ("passthrough_dispatch_key", {"library_passthrough"}, False),
     ("passthrough_mirror", {"library_passthrough"}, True),
     ("passthrough_redispatch_compiled", {"library_passthrough", "forbidden_code"}, False),
 ])

@@ -448,7 +448,7 @@ def test_a_python_shaped_like_the_load_check_that_stays_is_a_helper(tmp_path):
 WATCH_DEFAULTS = '''
 import pydoc, torch
 def kernel(x, weight):
-    entry = type(torch.ops.aten.mul.Tensor._handle).redispatch_boxed
+    entry = ENTRY
     try:  # pydoc reads the defaults for the signature it renders: a library asks, on the kernel's behalf
         pydoc.render_doc(entry)
     except PermissionError:
@@ -456,11 +456,16 @@ def kernel(x, weight):
 ''' + HONEST.split("def kernel(x, weight):", 1)[1]
 
 
-def test_the_defaults_holding_the_watchs_redispatch_entry_are_refused_whoever_reads_them(tmp_path):
-    """The real redispatch entry and the watch's containers are keyword defaults of the checked
-    entry (_watch._checked_redispatch): reading them is refused to a library too, since
-    torch.compile inlining the check would read them and call the entry itself."""
-    r = _judge(tmp_path, WATCH_DEFAULTS)
+@pytest.mark.parametrize("entry", [
+    "type(torch.ops.aten.mul.Tensor._handle).redispatch_boxed",  # the checked redispatch
+    "torch.ops.aten.mul.Tensor._op_dk.func",  # the checked kernel for a dispatch key, behind each overload's partial
+    "torch._C._get_operation_overload",  # what makes each later overload's partial
+], ids=["redispatch", "for_key", "get_operation_overload"])
+def test_the_defaults_holding_the_watchs_real_entries_are_refused_whoever_reads_them(tmp_path, entry):
+    """The real entries and the watch's containers are keyword defaults of the checked entries
+    (_watch._checked_entry, _checked_for_key): reading them is refused to a library too, since
+    torch.compile inlining a check would read them and call the entry itself."""
+    r = _judge(tmp_path, WATCH_DEFAULTS.replace("ENTRY", entry))
     assert r["verdict"] == "rejected" and "forbidden_code" in r["reasons"], r["details"]
     assert "object.__getattr__ __code__ (whoever asks: a function holding the operator watch's switch)" \
         in r["details"]["forbidden_code"]  # pydoc reads its code first, then its defaults

@@ -116,6 +116,7 @@ def test_a_report_for_another_batch_or_with_unmatched_descriptors_is_a_protocol_
     # the library redispatched: the dispatcher records no redispatch; accepted before evaluator 15
     ("passthrough_redispatch", {"library_passthrough"}),
     ("passthrough_kernel_function", {"library_passthrough"}),  # a kernel function for a key, called boxed
+    ("passthrough_dispatch_key", {"library_passthrough"}),  # OpOverload._op_dk: accepted at evaluator 16
     ("passthrough_mirror", {"library_passthrough"}),  # a layer norm of [x, -x] is x's RMS norm
     # torch.compile drops record functions; inlining the check reads defaults refused to anyone:
     # which one stops it depends on how torch.compile takes the call

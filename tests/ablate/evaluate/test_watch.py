@@ -128,6 +128,22 @@ def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
         "    except PermissionError:\n"
         "        print('refused', end=' ')\n"
         "print(watch.seen, watch.tampered)\n"
+        # a kernel for a dispatch key (OpOverload._op_dk): an overload made before sealing (torch's
+        # import makes aten's), and one of an operator defined after it
+        "lib = torch.library.Library('t', 'DEF')\n"
+        "lib.define('g(Tensor x) -> Tensor')\n"
+        "lib.impl('g', lambda x: x * 2, 'CPU')\n"
+        "watch = OpWatch(('aten::mm', 't::g'), real)\n"
+        "a, key = torch.randn(4, 3), torch._C.DispatchKey.CPU\n"
+        "with watch.watch():\n"
+        "    for call in (lambda: torch.ops.aten.mm.default._op_dk(key, a, a.t()),\n"
+        "                 lambda: torch.ops.t.g.default._op_dk(key, a)):\n"
+        "        try:\n"
+        "            call()\n"
+        "        except PermissionError:\n"
+        "            print('refused', end=' ')\n"
+        "    torch.ops.aten.add.Tensor._op_dk(key, a, a)\n"
+        "print(sorted(watch.seen), watch.tampered)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -137,3 +153,5 @@ def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
     # a redispatch (the dispatcher records none) of a watched operator is refused and seen; of any
     # other (a custom operator's autograd redispatches) it goes on
     assert out.stdout.split("\n")[1].startswith("refused refused ['aten::_fused_rms_norm']"), out.stdout
+    # so is an operator's kernel run for a dispatch key, whenever its overload was made
+    assert out.stdout.split("\n")[2].startswith("refused refused ['aten::mm', 't::g']"), out.stdout
