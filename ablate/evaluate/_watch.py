@@ -14,7 +14,8 @@ from ablate.operators._library_ops import recorded_names
 # call them would stop the watch, restart it empty or turn recording off around a library call. In
 # a candidate they are the driver's alone (seal_switches); the first three are what the watch runs on.
 SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enable_record_function",
-            "_clear_callbacks", "_enable_profiler_legacy", "_disable_profiler_legacy", "_set_empty_test_observer")
+            "_clear_callbacks", "_enable_profiler_legacy", "_disable_profiler_legacy", "_set_empty_test_observer",
+            "_toggle_collection_dynamic")
 TAMPERED = "the operator watch was stopped, restarted or blinded during the batch"
 
 

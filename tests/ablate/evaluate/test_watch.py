@@ -1,5 +1,6 @@
 """The candidate driver's operator watch (a library passthrough seen by what runs) and its reading
 of the profiler's records."""
+import contextlib
 import subprocess
 import sys
 import threading
@@ -73,20 +74,28 @@ def test_the_raw_reading_names_what_key_averages_names():
     assert {e.key for e in p.key_averages()} <= seen
 
 
-@pytest.mark.parametrize("how", ["stopped", "restarted"])
+@pytest.mark.parametrize("how", ["stopped", "restarted", "toggled"])
 def test_a_watch_whose_profiler_was_stopped_or_restarted_mid_batch_says_so(how):
     """The defence behind the sealed switches: a kernel that reached them anyway (a route the
-    guard does not see) and stopped the driver's profiler, or stopped it and started a fresh one,
-    leaves a record without the batch's start or end marker."""
+    guard does not see) and stopped the driver's profiler, stopped it and started a fresh one, or
+    paused its collection of CPU operators around a library call, leaves a record without the
+    batch's start or end marker (turning collection back on fails on this torch)."""
     C = torch._C._autograd
+    cpu = {torch._C._profiler.ProfilerActivity.CPU}
     watch = OpWatch(RMSNORM_OPS)
     with watch.watch():
-        C._disable_profiler()
+        if how == "toggled":
+            C._toggle_collection_dynamic(False, cpu)
+        else:
+            C._disable_profiler()
         torch.nn.functional.rms_norm(x, (64,), w)
         if how == "restarted":
             C._prepare_profiler(watch.config, watch.activities)
             C._enable_profiler(watch.config, watch.activities)
-    assert watch.tampered is not None
+        if how == "toggled":
+            with contextlib.suppress(RuntimeError):
+                C._toggle_collection_dynamic(True, cpu)
+    assert watch.tampered is not None and "aten::rms_norm" not in watch.seen
     fresh = OpWatch(RMSNORM_OPS)
     with fresh.watch():
         torch.nn.functional.rms_norm(x, (64,), w)
@@ -105,7 +114,8 @@ def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
         "from torch.autograd import _enable_record_function as late\n"
         "refused = 0\n"
         "for f in (torch._C._autograd._disable_profiler, torch.autograd.profiler._disable_profiler,\n"
-        "          torch.autograd._enable_record_function, torch._C._autograd._clear_callbacks, late):\n"
+        "          torch.autograd._enable_record_function, torch._C._autograd._clear_callbacks, late,\n"
+        "          torch._C._autograd._toggle_collection_dynamic):\n"
         "    try:\n"
         "        f()\n"
         "    except PermissionError:\n"
@@ -148,7 +158,7 @@ def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     # the library call seen; a switch called (and refused) is the kernel's attempt, said
-    assert out.stdout.split("\n")[0] == ("5 ['aten::rms_norm'] the kernel called torch's profiler switch "
+    assert out.stdout.split("\n")[0] == ("6 ['aten::rms_norm'] the kernel called torch's profiler switch "
                                          "_disable_profiler, the operator watch's own"), out.stdout
     # a redispatch (the dispatcher records none) of a watched operator is refused and seen; of any
     # other (a custom operator's autograd redispatches) it goes on
