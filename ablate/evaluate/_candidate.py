@@ -77,14 +77,14 @@ class Driver:
     queued behind a gate word the judge's clock opens, and end by setting a marker word the judge
     reads (_clock); on a CPU the judge times the batch's message round trip."""
 
-    def __init__(self, go: dict, torch, device: str, snapshot, ch, guard_log, pool=None, switches=None):
+    def __init__(self, go: dict, torch, device: str, snapshot, ch, guard_log, pool=None, sealed=None):
         self.go, self.torch, self.device, self.snapshot, self.ch = go, torch, device, snapshot, ch
         self.guard_log, self.pool = guard_log, pool
         self.sync = torch._C._cuda_synchronize if device == "cuda" else (lambda: None)
         self.empty, self.fill, self.empty_strided = torch.empty, torch._C.TensorBase.fill_, torch.empty_strided
         self.copy = torch._C.TensorBase.copy_
         self.as_tensor, self.frombuffer = torch.as_tensor, torch.frombuffer  # bound before the kernel is imported
-        self.ops = OpWatch(go.get("library_ops") or (), switches)
+        self.ops = OpWatch(go.get("library_ops") or (), sealed)
         self.native_base: int | None = None
         self.fn = None
         self.guard_seen = 0
@@ -411,9 +411,9 @@ class _nothing:
 
 def prepare(device_request: str, watch: bool = True):
     """Imports and captures, before any submitted code: returns (torch, device, snapshot, pool,
-    switches). watch: the driver will watch dispatched operators (a candidate's, not the library
-    process's): the profiler's switches become the watch's alone (seal_switches), and its first
-    start, about a second of setup, is taken now, in a process started ahead of its evaluation."""
+    _watch.Sealed or None). watch: the driver will watch dispatched operators (a candidate's, not
+    the library process's): the profiler's switches become the watch's alone (seal_switches), and
+    its first start, about a second of setup, is taken now, in a process started ahead of its evaluation."""
     import torch
 
     from ablate.evaluate import _gpu
@@ -429,9 +429,9 @@ def prepare(device_request: str, watch: bool = True):
             triton.runtime.driver.active.get_current_target()  # in this evaluation's fresh cache
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
-    switches = seal_switches(torch) if watch else None
+    sealed = seal_switches(torch) if watch else None
     if watch:
-        with OpWatch(("(warm-up)",), switches).watch():
+        with OpWatch(("(warm-up)",), sealed).watch():
             pass
     pool = None
     if device == "cuda":
@@ -441,7 +441,7 @@ def prepare(device_request: str, watch: bool = True):
 
         _cuda.lib()  # loaded now: the integrity snapshot below sees the module as the driver will use it
         pool = OutputPool()
-    return torch, device, _integrity.Snapshot(), pool, switches
+    return torch, device, _integrity.Snapshot(), pool, sealed
 
 
 def _forget_kit(finder) -> None:
@@ -455,7 +455,7 @@ def _forget_kit(finder) -> None:
             del sys.modules[name]
 
 
-def run(go: dict, ch, torch, device: str, snapshot, finder, pool=None, switches=None) -> int:
+def run(go: dict, ch, torch, device: str, snapshot, finder, pool=None, sealed=None) -> int:
     ch.send_key = bytes.fromhex(go["key"])  # from now on only the driver can speak
     if go.get("device") != device:
         ch.send("import", reason="crash", message=f"candidate sees device {device}, judge {go.get('device')}",
@@ -464,7 +464,7 @@ def run(go: dict, ch, torch, device: str, snapshot, finder, pool=None, switches=
     from ablate.operators import _entries
 
     guard_log = _guard.install(os.path.dirname(go["submission"]), go["kit"])
-    driver = Driver(go, torch, device, snapshot, ch, guard_log, pool, switches)
+    driver = Driver(go, torch, device, snapshot, ch, guard_log, pool, sealed)
     driver.entries = _entries
     _forget_kit(finder)
     driver.run(go["submission"])
@@ -474,7 +474,7 @@ def run(go: dict, ch, torch, device: str, snapshot, finder, pool=None, switches=
 def _serve(fd: int, prepared, finder) -> int:
     from ablate.evaluate import _gpu
 
-    torch, device, snapshot, pool, switches = prepared
+    torch, device, snapshot, pool, sealed = prepared
     _gpu.cpu_threads_warm()
     ch = _channel.Channel.from_fd(fd, encode=_encoder())
     ch.send("hello", pid=os.getpid())
@@ -482,7 +482,7 @@ def _serve(fd: int, prepared, finder) -> int:
     msg = got[0] if got else {}
     if msg.get("kind") != "go":
         return 0  # the judge gave up before starting (a bad request)
-    code = run(msg, ch, torch, device, snapshot, finder, pool, switches)
+    code = run(msg, ch, torch, device, snapshot, finder, pool, sealed)
     sys.stdout.flush()
     sys.stderr.flush()
     return code

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from dataclasses import dataclass, field
 
 from ablate.operators._library_ops import recorded_names
 
@@ -19,25 +20,35 @@ SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enab
 TAMPERED = "the operator watch was stopped, restarted or blinded during the batch"
 
 
-def seal_switches(torch) -> dict:
+@dataclass
+class Sealed:
+    """What the driver's watch holds once torch's switches are sealed: the real switches (by name),
+    the library operators the checked entries refuse (filled by the watch) and those they refused
+    (read by the watch)."""
+
+    switches: dict
+    refused: set = field(default_factory=set)
+    redispatched: list = field(default_factory=list)
+
+
+def seal_switches(torch) -> Sealed:
     """torch's profiler switches (SWITCHES), for the driver's watch alone: every name a loaded
     module has for one, torch._C._autograd's own included (what a later import copies), is rebound
     to a function that refuses; and a watched operator run past the dispatcher's record function is
-    refused and noted (_checked_entry and _checked_for_key, their containers under "refused" and
-    "redispatched"). Before the submission is imported; the switches returned are held by the
-    driver's watch, which no name a kernel can look up leads to."""
+    refused and noted (_checked_entry and _checked_for_key, into the Sealed's containers). Before
+    the submission is imported; the Sealed returned is held by the driver's watch, which no name a
+    kernel can look up leads to."""
     C = torch._C._autograd
-    real = {n: getattr(C, n) for n in SWITCHES if hasattr(C, n)}
-    _rebind([C], {id(f): (f, _refused(n)) for n, f in real.items()})
-    real["refused"], real["redispatched"] = set(), []
+    real = Sealed({n: getattr(C, n) for n in SWITCHES if hasattr(C, n)})
+    _rebind([C], {id(f): (f, _refused(n)) for n, f in real.switches.items()})
     # the dispatcher's entries that run an operator's kernel without a record function
     entries = [(torch._C._DispatchOperatorHandle, "redispatch_boxed", lambda h: h),  # OpOverload.redispatch
                (getattr(torch._C, "_SafeKernelFunction", None), "call_boxed", lambda k: k.op_handle)]
     for cls, attr, handle_of in entries:
         if cls is not None and hasattr(cls, attr):
-            setattr(cls, attr, _checked_entry(getattr(cls, attr), handle_of, real["refused"], real["redispatched"]))
+            setattr(cls, attr, _checked_entry(getattr(cls, attr), handle_of, real.refused, real.redispatched))
             SEALED.append(getattr(cls, attr))
-    _seal_for_key(torch, real["refused"], real["redispatched"])
+    _seal_for_key(torch, real.refused, real.redispatched)
     return real
 
 
@@ -141,12 +152,12 @@ class OpWatch:
     torch.ops.aten..., getattr, a module object, a worker thread). Where this torch cannot watch
     other threads, `threads` is False and the judge says so.
 
-    Run on the profiler's switches themselves (`switches`: seal_switches's, or torch's own names
+    Run on the profiler's switches themselves (`sealed`: seal_switches's, or torch's own names
     where nothing is sealed), and proven whole each batch: a marker of a name drawn then is
     recorded before the calls and another after them, and a batch whose record lacks either was
     watched by a profiler stopped, restarted or blinded on the way (`tampered`)."""
 
-    def __init__(self, names, switches: dict | None = None):
+    def __init__(self, names, sealed: Sealed | None = None):
         import warnings
 
         import torch
@@ -155,8 +166,9 @@ class OpWatch:
         self.watched = recorded_names(names)  # in-place variants too: the same kernels
         self.seen: list[str] = []
         self.tampered: str | None = None
-        self.switches = switches or {n: getattr(torch._C._autograd, n) for n in SWITCHES[:3]}
-        self.switches.get("refused", set()).update(self.watched)
+        self.sealed = sealed or Sealed({n: getattr(torch._C._autograd, n) for n in SWITCHES[:3]})
+        self.sealed.refused.update(self.watched)
+        self.switches = self.sealed.switches
         self.mark = torch.autograd.profiler.record_function  # bound before any submission is imported
         self.config, self.activities, self.threads = _profiler_config(torch)
         warnings.filterwarnings("ignore", module="torch.autograd.profiler")
@@ -185,7 +197,7 @@ class OpWatch:
             self.tampered = TAMPERED
         elif CALLED:
             self.tampered = f"the kernel called torch's profiler switch {CALLED[0]}, the operator watch's own"
-        for name in sorted((names | set(self.switches.get("redispatched", ()))) & self.watched):
+        for name in sorted((names | set(self.sealed.redispatched)) & self.watched):
             if name not in self.seen:
                 self.seen.append(name)
 
