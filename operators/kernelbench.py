@@ -133,8 +133,8 @@ def dispatched_ops(build) -> tuple[str, ...]:
         fn, inputs = build()
         with torch.no_grad(), Record():
             fn(*inputs)
-    return tuple(sorted({base_name(n) for n in found
-                         if n.startswith("aten::") and n not in NEUTRAL_OPS and base_name(n) not in NEUTRAL_OPS}))
+    return tuple(sorted({b for n in found
+                         if n.startswith("aten::") and n not in NEUTRAL_OPS and (b := base_name(n)) not in NEUTRAL_OPS}))
 
 
 def _insensitive(op: Operator, make_inputs, reference, shape) -> str | None:

@@ -168,7 +168,6 @@ class OpWatch:
         self.tampered: str | None = None
         self.sealed = sealed or Sealed({n: getattr(torch._C._autograd, n) for n in SWITCHES[:3]})
         self.sealed.refused.update(self.watched)
-        self.switches = self.sealed.switches
         self.mark = torch.autograd.profiler.record_function  # bound before any submission is imported
         self.config, self.activities, self.threads = _profiler_config(torch)
         warnings.filterwarnings("ignore", module="torch.autograd.profiler")
@@ -180,8 +179,8 @@ class OpWatch:
             yield
             return
         start, end = (f"ablate-watch-{os.urandom(8).hex()}-{w}" for w in ("start", "end"))
-        self.switches["_prepare_profiler"](self.config, self.activities)
-        self.switches["_enable_profiler"](self.config, self.activities)
+        self.sealed.switches["_prepare_profiler"](self.config, self.activities)
+        self.sealed.switches["_enable_profiler"](self.config, self.activities)
         try:
             with self.mark(start):
                 pass
@@ -190,7 +189,7 @@ class OpWatch:
             with self.mark(end):
                 pass
             try:
-                names = _recorded(self.switches["_disable_profiler"]())
+                names = _recorded(self.sealed.switches["_disable_profiler"]())
             except Exception:  # noqa: BLE001 (no session left to stop: the kernel stopped it)
                 names = set()
         if start not in names or end not in names:
