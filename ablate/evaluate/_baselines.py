@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -57,12 +58,13 @@ def operator_hash(op, node: dict | None) -> str:
 
 
 def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
-    """{"ms": {name: median}, "skipped": {name: reason}} for one shape. verdicts: {distribution:
+    """{"ms": {name: median}, "skipped": {name: reason}, "kernels": {name: its library kernels}, ...}
+    for one shape. verdicts: {distribution:
     {name: the calibration's verdict}}: only a library that passed the correctness rule on every
     distribution is timed."""
     from ablate.operators import shape_id
 
-    ms, skipped, todo, noisy, contended = {}, {}, [], [], {}
+    ms, skipped, todo, noisy, contended, kernels = {}, {}, [], [], {}, {}
     for name, b in ev.op.baselines.items():
         if b.needs_cuda and ev.device != "cuda":
             skipped[name] = "needs CUDA"
@@ -75,7 +77,7 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
     if not todo:
         return {"ms": ms, "skipped": skipped}
     ceilings_id = str((ev.ceilings or {}).get("id", ""))  # timed beside these ceilings: measured again with them
-    keys = {name: _key(ev, shape_id(shape), name, ev.mode, ceilings_id, "v6") for name, _ in todo}
+    keys = {name: _key(ev, shape_id(shape), name, ev.mode, ceilings_id, "v7") for name, _ in todo}
     cached = {name: _cache.get("baselines", keys[name]) for name, _ in todo} if ev.device == "cuda" else {}
     for name, b in todo:
         entry = cached.get(name)
@@ -89,11 +91,12 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
             skipped[name] = entry["error"]
         else:
             ms[name] = entry["ms"]
+            kernels[name] = list(entry.get("kernels") or ())
             if entry.get("noisy"):
                 noisy.append(name)
             if entry.get("contended"):
                 contended[name] = entry["contended"]
-    return {"ms": ms, "skipped": skipped, "noisy": noisy, "contended": contended}
+    return {"ms": ms, "skipped": skipped, "noisy": noisy, "contended": contended, "kernels": kernels}
 
 
 def _key(ev, sid: str, *what: str) -> str:
@@ -115,6 +118,10 @@ def _not_passing(name: str, verdicts: dict[str, dict]) -> str | None:
         return f"excluded on {dist} inputs: {v['message'][:300]}"
     return None
 
+
+# A kernel of ATen's generic templates (TensorIterator's elementwise and reduction kernels, copies,
+# fills) launched inside a library operator is a plain tensor operation, which a kernel may use
+GENERIC_KERNEL = re.compile(r"elementwise_kernel|reduce_kernel|CatArrayBatchedCopy|\bfill|copy_kernel|_copy_")
 
 AGREE = 0.03  # two timing runs of a baseline within 3% of each other are taken as undisturbed
 MAX_RUNS = 4
@@ -184,9 +191,10 @@ def protocol_ms(ev, shape: dict) -> float:
     return memo[sid]
 
 
-def time_library(ev, shape: dict, name: str) -> float:
+def time_library(ev, shape: dict, name: str, kernels: set | None = None) -> float:
     """One timing of a library on a shape: its median per call, by the judge's clock, in the
-    judge's library process (_library), exactly as a candidate is timed (_shape)."""
+    judge's library process (_library), exactly as a candidate is timed (_shape). kernels: gets
+    the device kernels the library ran inside the operator's library operators (library_kernels)."""
     from ablate.evaluate._shape import ShapeJudge, batch_calls
 
     cost = protocol_ms(ev, shape)  # first: it runs a function and slots of its own in the process
@@ -206,7 +214,20 @@ def time_library(ev, shape: dict, name: str) -> float:
     fails.pop("fatal", None)
     if timing is None or fails:
         raise RuntimeError("; ".join(f"{k}: {str(v)[:200]}" for k, v in fails.items()) or "no time")
+    if kernels is not None:
+        kernels.update(library_kernels(ev.op.library_ops, sj.device_kernels))
     return timing["median"]
+
+
+def library_kernels(library_ops, ran) -> set[str]:
+    """Of the device kernels a library ran ([(kernel, the operator that launched it)]), those a
+    library operator of the task launched itself (a kernel of a plain tensor operation inside one,
+    a copy or a fill, is anyone's, and stays allowed): one of them run by a candidate is a library
+    passthrough (_watch.OpWatch), however it was reached."""
+    from ablate.operators._library_ops import recorded_names
+
+    ops = recorded_names(library_ops)
+    return {k for k, op in ran if op in ops and not GENERIC_KERNEL.search(k)}
 
 
 def measure(ev, shape: dict, name: str, timer=None, probe=None) -> dict:
@@ -217,8 +238,9 @@ def measure(ev, shape: dict, name: str, timer=None, probe=None) -> dict:
     median ms, probe() -> why the GPU is shared or None (tests stand in for both)."""
     from ablate.evaluate import _gpu
 
+    kernels: set = set()
     try:
-        timer = timer or (lambda: time_library(ev, shape, name))
+        timer = timer or (lambda: time_library(ev, shape, name, kernels))
         probe = probe or (lambda: _gpu.contention(ev.ceilings))
         before = probe() if ev.device == "cuda" else None
         runs = [timer()]
@@ -226,7 +248,7 @@ def measure(ev, shape: dict, name: str, timer=None, probe=None) -> dict:
             return {"ms": runs[0], "runs": runs}
         while (ms := settled(runs)) is None:
             runs.append(timer())
-        out = {"ms": ms, "runs": runs}
+        out = {"ms": ms, "runs": runs, "kernels": sorted(kernels)}
         if not _agreeing(runs):
             out["noisy"] = True  # no two runs agreed: said in the row, this library's time may be off
         if why := probe() or before:

@@ -62,7 +62,7 @@ def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool)
 
 class GpuTiming:
     """ShapeJudge's GPU timing (it supplies peer, slots, kernels, words, stream, call_msg,
-    receive_called, outputs, check_timed, failures_of, timed_inputs, draw and spending)."""
+    receive_called, receive_ran, outputs, check_timed, failures_of, timed_inputs, draw and spending)."""
 
     # gpu_batch's state, defaulted here so every caller (time_gpu, which resets it, and protocol_cost)
     # starts from it
@@ -203,6 +203,7 @@ class GpuTiming:
             if msg is None:
                 raise _gone("the peer did not report its batch")
         self.failures_of(msg, fails, "during timing: ")
+        self.failures_of(self.receive_ran(b), fails, "during timing: ")
         if any(c.get("reason") for c in msg["calls"]) or len(msg["calls"]) < n:
             self.check_timed(msg, staged, [], fails)
             return None

@@ -12,12 +12,13 @@ the driver binds everything it relies on (C-level torch, os and socket callables
 and installs the audit-hook guard (_guard). The submission never sees a seed, a shape list or the
 reference: only the inputs of the call it is in.
 
-Protocol (judge -> candidate): go {entry, device, timing, library_ops}; per shape slots {shape,
+Protocol (judge -> candidate): go {entry, device, timing, library_ops, library_kernels}; per shape slots {shape,
 size, nbytes, out_bytes} + the slots' descriptor (and, on a CPU, the outputs' memfd); call {shape,
 batch, gated, check, first, calls: [{inputs, outputs}]}; release; done.
 (candidate -> judge): hello; import {reason, message, failures}; segments {segments} + descriptors;
 called {shape, batch, calls: [{reason, message, failures, entries, threads}], failures, segments,
-copied, watched_threads} + descriptors of new output segments.
+copied, watched_threads, kernels} + descriptors of new output segments; after a gated batch has
+run, ran {batch, failures, kernels} (what the watch saw: its profile lasts until the device is done).
 """
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ class Driver:
         self.empty, self.fill, self.empty_strided = torch.empty, torch._C.TensorBase.fill_, torch.empty_strided
         self.copy = torch._C.TensorBase.copy_
         self.as_tensor, self.frombuffer = torch.as_tensor, torch.frombuffer  # bound before the kernel is imported
-        self.ops = OpWatch(go.get("library_ops") or (), sealed)
+        self.ops = OpWatch(go.get("library_ops") or (), sealed, device, go.get("library_kernels"))
         self.native_base: int | None = None
         self.fn = None
         self.guard_seen = 0
@@ -294,7 +295,10 @@ class Driver:
         return rep
 
     def on_call(self, msg: dict) -> None:
-        """One batch: the calls on the slots the judge names, gated or not; reports every call."""
+        """One batch: the calls on the slots the judge names, gated or not; reports every call
+        ("called"). The watch's profile lasts until the device has run the batch (its kernels are
+        recorded as they end), so a gated batch, reported once queued, is followed by "ran" with
+        what the watch saw; an ungated one is synchronised first and reported once."""
         index, calls = int(msg["shape"]), msg["calls"]
         batch, gated, check = int(msg.get("batch", 0)), bool(msg.get("gated")), bool(msg.get("check"))
         self.forget_batch()
@@ -303,7 +307,8 @@ class Driver:
         reply = {"shape": index, "batch": batch, "calls": [], "failures": {}}
         if self.slots is None or self.slots["shape"] != index:
             reply["failures"]["driver_tampered"] = "a call before its shape's slots"
-            return self.ch.send("called", **reply)
+            self.ch.send("called", **reply)
+            return self.ch.send("ran", batch=batch, failures={}, kernels=[]) if gated else None
         if gated:
             _cuda.wait_value(self.stream, self.slots["gate"], batch)
         first = bool(msg.get("first"))
@@ -314,13 +319,26 @@ class Driver:
                 reply["calls"].append(rep)
                 if rep["reason"]:
                     break
-        if self.ops.tampered:
-            reply["failures"]["driver_tampered"] = self.ops.tampered
-        if self.ops.seen:
-            reply["failures"]["library_passthrough"] = "at run time the kernel dispatched " + ", ".join(self.ops.seen[:6])
-        reply["watched_threads"] = self.ops.threads
+            if gated:
+                _cuda.write_value(self.stream, self.slots["marker"], batch)
+                self.report(reply)
+                self.sync()  # the batch ran once the judge opened the gate; the outputs stay held
+            else:
+                try:
+                    self.sync()
+                except BaseException as e:
+                    reply["calls"].append({"reason": classify(e), "message": _tb(e), "failures": {}, "entries": None,
+                                           "fatal": True})
         if gated:
-            _cuda.write_value(self.stream, self.slots["marker"], batch)
+            return self.ch.send("ran", batch=batch, failures=self.ops.findings(), kernels=self.ops.take_kernels())
+        reply["failures"].update(self.ops.findings())
+        reply["kernels"] = self.ops.take_kernels()
+        self.report(reply)
+
+    def report(self, reply: dict) -> None:
+        """Send a batch's report ("called"), with the guard's findings and the output pool's new
+        segments."""
+        reply["watched_threads"] = self.ops.threads
         reply["failures"].update(self.failures_now())
         reply["copied"] = self.outputs_copied
         new = []
@@ -328,27 +346,8 @@ class Driver:
             new = self.pool.new_fds()
             if self.pool.failed:
                 reply["failures"]["oom"] = f"the output pool could not grow: {self.pool.failed}"
-        if not gated:
-            try:
-                self.sync()
-            except BaseException as e:
-                reply["calls"].append({"reason": classify(e), "message": _tb(e), "failures": {}, "entries": None,
-                                       "fatal": True})
-        step = _channel.MAX_FDS
-        try:  # new segments' descriptors, at most MAX_FDS a message, the last part with the report
-            for i in range(0, len(new), step):
-                part = new[i:i + step]
-                if i + step < len(new):
-                    self.ch.send("segments", fds=[f for _, _, f in part], segments=[[a, b] for a, b, _ in part])
-            last = new[(max(len(new) - 1, 0) // step) * step:]
-            reply["segments"] = [[a, b] for a, b, _ in last]
-            self.ch.send("called", fds=[f for _, _, f in last], **reply)
-        finally:
-            _channel.close_all([f for _, _, f in new])
-        if gated:
-            self.sync()  # the batch ran once the judge opened the gate; the outputs stay held
+        _channel.send_with_segments(self.ch, "called", new, **reply)
 
-    # -- the whole run -----------------------------------------------------------------------
     def run(self, path: str) -> None:
         spec = importlib.util.spec_from_file_location("kernel", path)
         module = importlib.util.module_from_spec(spec)
@@ -412,8 +411,9 @@ class _nothing:
 def prepare(device_request: str, watch: bool = True):
     """Imports and captures, before any submitted code: returns (torch, device, snapshot, pool,
     _watch.Sealed or None). watch: the driver will watch dispatched operators (a candidate's, not
-    the library process's): the profiler's switches become the watch's alone (seal_switches), and
-    its first start, about a second of setup, is taken now, in a process started ahead of its evaluation."""
+    the library process's): the profiler's switches become the watch's alone (seal_switches). The
+    profile's first start (on a GPU in either process: it records the device's kernels), about a
+    second of setup, is taken now, in a process started ahead of its evaluation."""
     import torch
 
     from ablate.evaluate import _gpu
@@ -430,8 +430,8 @@ def prepare(device_request: str, watch: bool = True):
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
     sealed = seal_switches(torch) if watch else None
-    if watch:
-        with OpWatch(("(warm-up)",), sealed).watch():
+    if watch or device == "cuda":  # a GPU's watch records the device's kernels in the library process too
+        with OpWatch(("(warm-up)",), sealed, device).watch():
             pass
     pool = None
     if device == "cuda":

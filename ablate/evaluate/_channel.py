@@ -128,6 +128,21 @@ class Channel:
             pass
 
 
+def send_with_segments(ch: Channel, kind: str, new: list, **msg) -> None:
+    """Send `msg` as `kind` with the descriptors of new segments ([(id, size, fd)]) at most
+    MAX_FDS a message: the earlier parts as "segments" messages, the last with `msg` itself (its
+    "segments" field); every descriptor is closed after, sent or not."""
+    try:
+        for i in range(0, len(new), MAX_FDS):
+            part = new[i:i + MAX_FDS]
+            if i + MAX_FDS < len(new):
+                ch.send("segments", fds=[f for _, _, f in part], segments=[[a, b] for a, b, _ in part])
+        last = new[(max(len(new) - 1, 0) // MAX_FDS) * MAX_FDS:]
+        ch.send(kind, fds=[f for _, _, f in last], segments=[[a, b] for a, b, _ in last], **msg)
+    finally:
+        close_all([f for _, _, f in new])
+
+
 def close_all(fds) -> None:
     for fd in fds:
         try:

@@ -3,6 +3,9 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 17: on a GPU the watch records the device's kernels until the batch has run (a gated batch is
+#     reported again once run), in the library process too; a kernel a library operator of the task
+#     launched for its library is a passthrough however it is reached (a CUDA graph replayed)
 # 16: an operator's library operators are whole families of library kernels (a convolution for a
 #     matrix product, a batch norm for an RMS norm, a masked softmax for a softmax), in-place
 #     variants included (operators/_library_ops.py); an operator's kernel run for a dispatch key
@@ -21,7 +24,7 @@ each check rejected."""
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "16"
+VERSION = "17"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

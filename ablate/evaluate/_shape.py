@@ -6,7 +6,8 @@ The peer (the process that calls the kernel) is driven through shared memory (_e
 judge writes each input set into a slot, asks for a batch of calls ("call"), and reads every
 output from its own mapping of the memory the output was written into. The peer's report
 ("called") says where the outputs are and what its own watch saw (the guard, the dispatched
-operators); it carries no time.
+operators, the device's kernels); it carries no time. A gated batch is reported once queued and
+again once the device has run it ("ran": what the watch saw, its profile lasting that long).
 
 Timing on a GPU (a batch, all on the judge's stream but the peer's calls):
   the judge draws fresh inputs for every call of the batch into memory of its own; asks the peer
@@ -42,6 +43,8 @@ VOID_SHARE = 0.25  # more of a shape's batches voided than this, on a GPU no oth
 # kernel that skips them, which real activations do not (benchmarks/results/h200-judge-bias).
 TIMED_DISTRIBUTION = "normal"
 MAX_CALLS = 512  # a batch's calls, at most (each queued launch waits in the driver's queue until the gate opens)
+KERNELS_SHOWN = 16  # device kernels named in a shape's row
+RAN_WAIT_S = 60.0  # the peer's "ran", once the device has run its batch (the profile's records read)
 
 
 class Gone(Exception):
@@ -77,6 +80,7 @@ class ShapeJudge(GpuTiming):
         self.flags: list[str] = []
         self.voided: list[str] = []
         self.draws_per_batch = DRAWS_PER_BATCH
+        self.device_kernels: list[tuple[str, str | None]] = []  # (device kernel, its launching operator), first runs
         # where the shape's seconds went, beside judge_shape's totals: waiting for the peer's reports,
         # drawing the timed calls' inputs, checking the drawn calls, waiting for the device
         self.spent = dict.fromkeys(("peer", "timed_inputs", "timed_checks", "device"), 0.0)
@@ -179,7 +183,32 @@ class ShapeJudge(GpuTiming):
                 continue
             if msg.get("batch") != batch or not isinstance(msg.get("calls"), list):
                 raise Gone(f"protocol: a report for batch {msg.get('batch')!r}, expected {batch}")
+            self.kernels_of(msg)
             return msg
+
+    def receive_ran(self, batch: int) -> dict:
+        """The peer's second report of a gated batch, once the device has run it: what its watch
+        saw (failures, the device's kernels first run)."""
+        with self.spending("peer"):
+            got = self.peer.receive(("ran",), RAN_WAIT_S)
+        if got is None:
+            raise Gone("the peer did not report what ran in its batch")
+        msg, fds = got
+        _channel.close_all(fds)
+        if msg.get("batch") != batch:
+            raise Gone(f"protocol: a run reported for batch {msg.get('batch')!r}, expected {batch}")
+        self.kernels_of(msg)
+        return msg
+
+    def kernels_of(self, msg: dict) -> None:
+        """Keeps the device kernels a report names ([kernel, its launching operator or None], each
+        first run in this process); a report of no such list breaks the protocol."""
+        got = msg.get("kernels") or []
+        if not isinstance(got, list) or not all(
+                isinstance(k, list) and len(k) == 2 and isinstance(k[0], str) and isinstance(k[1], (str, type(None)))
+                for k in got):
+            raise Gone(f"protocol: device kernels reported as {str(got)[:100]}")
+        self.device_kernels.extend((k[:400], op) for k, op in got)
 
     def outputs(self, rep: dict) -> list | dict:
         """The outputs one call's report describes, copied out of the peer's memory; or
@@ -396,6 +425,10 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
     finally:
         sj.close()
     row["flags"] = sorted(set(row.get("flags", [])) | set(sj.flags))
+    if sj.device_kernels:  # what the device ran for the kernel (and the driver's own copies), first seen here
+        row["device_kernels"] = [k[:160] for k, _ in sj.device_kernels[:KERNELS_SHOWN]]
+    elif ev.device == "cuda" and i == 0 and row["correct"]:  # the driver's own fills ran at least: no record
+        row["flags"].append("device_unwatched")
     row["seconds"] = {k: round(v, 4) for k, v in {**seconds, **sj.spent}.items()}
     row["error"] = "; ".join(f"{k}: {v}" for k, v in fails.items()) or None
     return row, fails, ran

@@ -1,7 +1,8 @@
 """What the candidate's driver watches in its own process, beside the judge's evidence: the ATen
-operators a batch dispatched on any thread (a library passthrough), and a torch dispatch or
-function mode the kernel left in force (taken out of force before the driver's own tensor
-operations, and reported)."""
+operators a batch dispatched on any thread (a library passthrough), the kernels the device ran
+for it (on a GPU: one of a library's own kernels, replayed from a CUDA graph or reached past
+torch, is a library passthrough too), and a torch dispatch or function mode the kernel left in
+force (taken out of force before the driver's own tensor operations, and reported)."""
 from __future__ import annotations
 
 import contextlib
@@ -18,6 +19,7 @@ SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enab
             "_clear_callbacks", "_enable_profiler_legacy", "_disable_profiler_legacy", "_set_empty_test_observer",
             "_toggle_collection_dynamic")
 TAMPERED = "the operator watch was stopped, restarted or blinded during the batch"
+KERNELS_PER_REPORT = 64  # device kernels first seen, named in one report (the rest in the next)
 
 
 @dataclass
@@ -152,12 +154,20 @@ class OpWatch:
     torch.ops.aten..., getattr, a module object, a worker thread). Where this torch cannot watch
     other threads, `threads` is False and the judge says so.
 
+    On a GPU (`device` "cuda") the same profile records every kernel the device ran (CUPTI, through
+    torch's profiler), however it was launched: a CUDA graph replayed, another array library, a
+    thread the operator watch missed. The batch's profile then lasts until the device has run the
+    batch, and a kernel of `kernels` ({name: library}: those the task's libraries run inside their
+    own library operators, as the judge's library process recorded them) is a library passthrough.
+    Each kernel first seen is kept in `new_kernels` with the operator that launched it (what the
+    library process reports, and what a candidate's row shows).
+
     Run on the profiler's switches themselves (`sealed`: seal_switches's, or torch's own names
     where nothing is sealed), and proven whole each batch: a marker of a name drawn then is
     recorded before the calls and another after them, and a batch whose record lacks either was
     watched by a profiler stopped, restarted or blinded on the way (`tampered`)."""
 
-    def __init__(self, names, sealed: Sealed | None = None):
+    def __init__(self, names, sealed: Sealed | None = None, device: str = "cpu", kernels: dict | None = None):
         import warnings
 
         import torch
@@ -169,13 +179,23 @@ class OpWatch:
         self.sealed = sealed or Sealed({n: getattr(torch._C._autograd, n) for n in SWITCHES[:3]})
         self.sealed.refused.update(self.watched)
         self.mark = torch.autograd.profiler.record_function  # bound before any submission is imported
-        self.config, self.activities, self.threads = _profiler_config(torch)
+        self.on_device = device == "cuda"
+        self.library_kernels = dict(kernels or {})
+        self.ran_library: list[str] = []  # "kernel (library)", in the order first run
+        self.new_kernels: list[list] = []  # [kernel, the operator that launched it or None], not yet reported
+        self.known: set[str] = set()
+        try:
+            self.config, self.activities, self.threads = _profiler_config(torch, self.on_device)
+        except Exception:  # noqa: BLE001 (a torch that cannot profile the device: its row says so, device_unwatched)
+            self.on_device = False
+            self.config, self.activities, self.threads = _profiler_config(torch)
         warnings.filterwarnings("ignore", module="torch.autograd.profiler")
         warnings.filterwarnings("ignore", module="torch.profiler")
 
     @contextlib.contextmanager
     def watch(self):
-        if not self.watched:
+        """Profiles the block (the caller synchronises the device inside it, on a GPU)."""
+        if not self.watched and not self.on_device:
             yield
             return
         start, end = (f"ablate-watch-{os.urandom(8).hex()}-{w}" for w in ("start", "end"))
@@ -189,9 +209,9 @@ class OpWatch:
             with self.mark(end):
                 pass
             try:
-                names = _recorded(self.sealed.switches["_disable_profiler"]())
+                names, kernels = _recorded(self.sealed.switches["_disable_profiler"](), self.known)
             except Exception:  # noqa: BLE001 (no session left to stop: the kernel stopped it)
-                names = set()
+                names, kernels = set(), []
         if start not in names or end not in names:
             self.tampered = TAMPERED
         elif CALLED:
@@ -199,11 +219,39 @@ class OpWatch:
         for name in sorted((names | set(self.sealed.redispatched)) & self.watched):
             if name not in self.seen:
                 self.seen.append(name)
+        for kernel, launcher in kernels:
+            self.known.add(kernel)
+            self.new_kernels.append([kernel, launcher])
+            if kernel in self.library_kernels:
+                self.ran_library.append(f"{kernel[:200]} ({self.library_kernels[kernel]})")
+
+    def take_kernels(self) -> list[list]:
+        """The device kernels first seen since the last report, at most KERNELS_PER_REPORT."""
+        out, self.new_kernels = self.new_kernels[:KERNELS_PER_REPORT], self.new_kernels[KERNELS_PER_REPORT:]
+        return out
+
+    def forget_kernels(self) -> None:
+        """Every device kernel counts as not yet seen (the library process, switching libraries)."""
+        self.known.clear()
+        self.new_kernels = []
+
+    def findings(self) -> dict[str, str]:
+        """{reason: what the watch saw} so far: the kernel's passthroughs and tampering."""
+        found = {}
+        if self.tampered:
+            found["driver_tampered"] = self.tampered
+        said = ([f"the kernel dispatched {', '.join(self.seen[:6])}"] if self.seen else []) + (
+            [f"the device ran {', '.join(self.ran_library[:3])}: the library's own kernel for this operator"]
+            if self.ran_library else [])
+        if said:
+            found["library_passthrough"] = "at run time " + "; ".join(said)
+        return found
 
 
-def _profiler_config(torch):
-    """(config, activities, whether every thread is watched) for a profile of CPU-side operators,
-    built by torch's own profile class for this torch's signature of them."""
+def _profiler_config(torch, on_device: bool = False):
+    """(config, activities, whether every thread is watched) for a profile of CPU-side operators
+    (and of the device's kernels: on_device), built by torch's own profile class for this torch's
+    signature of them."""
     from torch._C._profiler import _ExperimentalConfig
 
     threads = True
@@ -211,7 +259,8 @@ def _profiler_config(torch):
         experimental = _ExperimentalConfig(profile_all_threads=True)
     except TypeError:
         experimental, threads = _ExperimentalConfig(), False
-    prof = torch.autograd.profiler.profile(use_cpu=True, use_kineto=True, experimental_config=experimental)
+    prof = torch.autograd.profiler.profile(use_cpu=True, use_device="cuda" if on_device else None, use_kineto=True,
+                                           experimental_config=experimental)
     try:
         config = prof.config(create_trace_id=False)
     except TypeError:
@@ -219,12 +268,28 @@ def _profiler_config(torch):
     return config, prof.kineto_activities, threads
 
 
-def _recorded(result) -> set[str]:
-    """The names of every operator a profile recorded, read from the profiler's raw results: its
+def _recorded(result, known=frozenset()) -> tuple[set[str], list[tuple[str, str | None]]]:
+    """(the names of every operator a profile recorded, [(kernel, the operator that launched it)]
+    for each device kernel not in `known`), read from the profiler's raw records: its
     key_averages() first builds a Python event and its tree for each, 8-17 times the cost at 40-400
     calls a batch (benchmarks/results/watch-cost-cpu), and the judge waits for it every batch
-    before it opens the gate. Both read the same records."""
-    return {e.name() for e in result.events()}
+    before it opens the gate. Both read the same records. A kernel's launching operator is the
+    innermost one running when it was launched (the profiler links the two by correlation id);
+    a graph replay or another library's launch has none."""
+    from torch.autograd import DeviceType
+
+    names, fresh = set(), {}
+    events = result.events()
+    for e in events:
+        if e.device_type() != DeviceType.CPU:
+            if e.name() not in known:
+                fresh.setdefault(e.name(), e.linked_correlation_id())
+        else:
+            names.add(e.name())
+    if not fresh:
+        return names, []
+    ops = {e.correlation_id(): e.name() for e in events if e.device_type() == DeviceType.CPU and e.correlation_id()}
+    return names, [(k, ops.get(c) if c else None) for k, c in fresh.items()]
 
 
 def _hooks_active(torch) -> str | None:

@@ -168,3 +168,28 @@ def test_a_canary_that_cannot_run_at_the_start_keeps_the_cached_ceilings(tmp_pat
         raise RuntimeError("CUDA out of memory")
 
     assert _baselines.ceilings(info, lambda m: None, measure, rate=full) == first and len(measured) == 1
+
+
+def test_a_librarys_kernels_are_those_its_library_operators_launched_but_plain_tensor_work():
+    """What the library process saw the device run for a baseline: the kernels a library operator
+    of the task launched itself count (the candidate's watch refuses them); a copy or a fill inside
+    one, work of another operator, or a launch by no operator (a Triton library's own) do not."""
+    from ablate.evaluate._baselines import library_kernels
+    from ablate.operators._library_ops import MATMUL_OPS, NORMALISATION_OPS
+
+    ran = [("nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT", "aten::mm"),
+           ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "aten::addmm_"),  # an in-place variant: the same kernel
+           ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "aten::mm"),
+           ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>", "aten::copy_"),
+           ("void at::native::reduce_kernel<512, 1>", "aten::sum"), ("_rms_norm_forward_kernel", None)]
+    assert library_kernels(MATMUL_OPS, ran) == {"nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT",
+                                                "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"}
+    assert library_kernels(NORMALISATION_OPS, ran) == set()
+
+
+def test_every_shapes_library_kernels_go_to_the_candidate_with_their_library():
+    from ablate.evaluate._judge import library_kernels
+
+    bases = [{"ms": {}, "kernels": {"torch_matmul": ["nvjet_a"]}}, None,
+             {"ms": {}, "kernels": {"torch_matmul": ["nvjet_b"], "triton_matmul": []}}, {"ms": {}}]
+    assert library_kernels(bases) == {"nvjet_a": "torch_matmul", "nvjet_b": "torch_matmul"}

@@ -27,6 +27,9 @@ def test_honest_triton_is_accepted_with_gpu_timing(judged):
     cost, per_batch = s["time_ms"]["protocol_ms"], s["time_ms"]["calls_per_batch"]
     assert 0 < cost < 2.0 and "protocol_cost_unmeasured" not in r["flags"]
     assert s["wall_ms"] == pytest.approx(s["time_ms"]["median"] + cost / per_batch, rel=0.05)
+    # what the device ran for it, as the watch's profile recorded it: its own Triton kernel
+    assert any(k.startswith("_rmsnorm") for k in s["device_kernels"]), s["device_kernels"]
+    assert "device_unwatched" not in r["flags"]
 
 
 def test_a_library_and_the_same_call_as_a_kernel_are_timed_alike(kernels, tmp_path):
@@ -106,6 +109,9 @@ def test_hidden_shapes_are_judged(judged):
     ("passthrough_dispatch_key", {"library_passthrough"}, False),
     ("passthrough_mirror", {"library_passthrough"}, True),
     ("passthrough_redispatch_compiled", {"library_passthrough", "forbidden_code"}, False),
+    # torch's RMSNorm captured in a CUDA graph at import, where no watch runs, and replayed: no
+    # operator dispatched in a call, but the device runs the library's own kernel
+    ("passthrough_graph_import", {"library_passthrough"}, False),
 ])
 def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
     r = judged(name, draws=1, scan=scan, **PUBLIC)
@@ -123,6 +129,7 @@ def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
     ("gemm", "passthrough_conv", False), ("gemm", "passthrough_inplace", False),
     ("softmax", "passthrough_masked_softmax", False), ("rmsnorm", "passthrough_batch_norm", False),
     ("gemm", "passthrough_cupy", True),  # cuBLAS through CuPy: no ATen operator, the scan names it
+    ("gemm", "passthrough_graph_import_gemm", False),  # cuBLAS replayed from a graph captured at import
 ])
 def test_a_mirrored_library_kernel_is_a_passthrough_on_a_gpu(kernels, op, name, scan):
     """On a GPU the mirrors reach cuDNN's convolution and batch norm, cuBLAS's in-place GEMM."""

@@ -101,6 +101,30 @@ def test_a_report_for_another_batch_or_with_unmatched_descriptors_is_a_protocol_
         sj.receive_called(1)
 
 
+def test_a_run_report_for_another_batch_or_naming_kernels_oddly_is_a_protocol_violation():
+    """A gated batch's second report ("ran", what the watch saw once the device ran it): for its
+    own batch, and naming the device's kernels as [kernel, launching operator or null] pairs."""
+    from ablate.evaluate._shape import Gone
+
+    sj = object.__new__(ShapeJudge)
+    sj.device, sj.segments, sj.spent, sj.device_kernels = "cuda", None, {"peer": 0.0}, []
+    replies = iter([({"kind": "ran", "batch": 2, "kernels": [["nvjet_tst", "aten::mm"], ["own", None]]}, []),
+                    ({"kind": "ran", "batch": 1}, []),
+                    ({"kind": "ran", "batch": 3, "kernels": [["k", 7]]}, []),
+                    ({"kind": "ran", "batch": 3, "kernels": "nvjet_tst"}, [])])
+    sj.peer = Peer(lambda *a, **k: None, lambda kinds, limit: next(replies), lambda: True)
+    assert sj.receive_ran(2)["batch"] == 2
+    assert sj.device_kernels == [("nvjet_tst", "aten::mm"), ("own", None)]
+    with pytest.raises(Gone, match="protocol: a run reported for batch 1, expected 2"):
+        sj.receive_ran(2)
+    for _ in range(2):
+        with pytest.raises(Gone, match="protocol: device kernels reported as"):
+            sj.receive_ran(3)
+    sj.peer = Peer(lambda *a, **k: None, lambda kinds, limit: None, lambda: False)
+    with pytest.raises(Gone, match="did not report what ran"):
+        sj.receive_ran(4)
+
+
 # -- kernels, judged through the public API (the candidate-side version of each defence beaten) -------
 @pytest.mark.parametrize("name,reasons", [
     # the H200 seal hook: the mode is refused and nothing it computes later reaches the judge
@@ -226,7 +250,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "16"
+    assert r["evaluator_version"] == "17"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 

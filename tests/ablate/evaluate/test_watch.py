@@ -69,9 +69,10 @@ def test_the_raw_reading_names_what_key_averages_names():
         t.start()
         t.join()
         torch.nn.functional.layer_norm(x, (64,))
-    seen = _recorded(p.profiler.kineto_results)
+    seen, kernels = _recorded(p.profiler.kineto_results)
     assert {"aten::rms_norm", "aten::_softmax", "aten::native_layer_norm"} <= seen
     assert {e.key for e in p.key_averages()} <= seen
+    assert kernels == []  # a profile of the CPU alone records no device kernel
 
 
 @pytest.mark.parametrize("how", ["stopped", "restarted", "toggled"])
@@ -165,3 +166,97 @@ def test_sealed_switches_refuse_every_name_and_the_watch_still_runs():
     assert out.stdout.split("\n")[1].startswith("refused refused ['aten::_fused_rms_norm']"), out.stdout
     # so is an operator's kernel run for a dispatch key, whenever its overload was made
     assert out.stdout.split("\n")[2].startswith("refused refused ['aten::mm', 't::g']"), out.stdout
+
+
+class _Event:
+    """One profiler record, as _recorded reads it: an operator (CPU) or a device kernel, linked to
+    the operator that launched it by correlation id (0: launched by none, as a graph replay is)."""
+
+    def __init__(self, name, on_device=False, corr=0, linked=0):
+        self._name, self.on_device, self.corr, self.linked = name, on_device, corr, linked
+
+    def name(self):
+        return self._name
+
+    def device_type(self):
+        return torch.autograd.DeviceType.CUDA if self.on_device else torch.autograd.DeviceType.CPU
+
+    def correlation_id(self):
+        return self.corr
+
+    def linked_correlation_id(self):
+        return self.linked
+
+
+class _Result:
+    def __init__(self, events):
+        self._events = events
+
+    def events(self):
+        return self._events
+
+
+def test_each_device_kernel_is_named_once_with_the_operator_that_launched_it():
+    result = _Result([_Event("aten::mm", corr=11), _Event("aten::copy_", corr=12),
+                      _Event("nvjet_tst_128x256_NNT", True, linked=11), _Event("vectorized_copy", True, linked=12),
+                      _Event("sm90_gemm_replayed", True, linked=0), _Event("nvjet_tst_128x256_NNT", True, linked=0)])
+    names, kernels = _recorded(result)
+    assert names == {"aten::mm", "aten::copy_"}
+    assert kernels == [("nvjet_tst_128x256_NNT", "aten::mm"), ("vectorized_copy", "aten::copy_"),
+                       ("sm90_gemm_replayed", None)]  # a replay: launched by no operator
+    assert _recorded(result, known={"nvjet_tst_128x256_NNT", "vectorized_copy"})[1] == [("sm90_gemm_replayed", None)]
+
+
+def _device_watch(events, library_kernels):
+    """An OpWatch recording a device's kernels, fed `events` (plus its own markers) by a profiler
+    stand-in: this CPU has no CUPTI."""
+    from ablate.evaluate._watch import Sealed
+
+    marks = []
+
+    @contextlib.contextmanager
+    def mark(name):
+        marks.append(name)
+        yield
+
+    def disable():
+        return _Result([_Event(m) for m in marks[-2:]] + list(events))
+
+    switches = {"_prepare_profiler": lambda *a: None, "_enable_profiler": lambda *a: None,
+                "_disable_profiler": disable}
+    watch = OpWatch((), Sealed(switches), "cpu", kernels=library_kernels)
+    watch.on_device, watch.mark = True, mark
+    return watch
+
+
+def test_a_library_kernel_the_device_ran_is_a_passthrough_however_it_was_launched():
+    """A kernel the task's library runs inside its library operator (the library process recorded
+    it), run on the device for the candidate with no operator dispatched (a CUDA graph captured
+    where no watch ran, replayed), is a library passthrough; the kernel's own kernels are not."""
+    events = [_Event("aten::copy_", corr=3), _Event("own_rmsnorm_kernel", True, linked=0),
+              _Event("vectorized_layer_norm_kernel", True, linked=0)]
+    watch = _device_watch(events, {"vectorized_layer_norm_kernel": "torch_F.rms_norm"})
+    with watch.watch():
+        pass
+    found = watch.findings()
+    assert "vectorized_layer_norm_kernel (torch_F.rms_norm)" in found["library_passthrough"]
+    assert "driver_tampered" not in found
+    assert watch.take_kernels() == [["own_rmsnorm_kernel", None], ["vectorized_layer_norm_kernel", None]]
+    with watch.watch():  # the next batch: nothing new to name
+        pass
+    assert watch.take_kernels() == []
+    watch.forget_kernels()  # the library process switching libraries: each names its own afresh
+    with watch.watch():
+        pass
+    assert [k for k, _ in watch.take_kernels()] == ["own_rmsnorm_kernel", "vectorized_layer_norm_kernel"]
+
+
+def test_a_batch_running_only_its_own_kernels_is_clean_and_names_them_at_most_a_report_at_a_time():
+    from ablate.evaluate._watch import KERNELS_PER_REPORT
+
+    many = [_Event(f"own_kernel_{i}", True) for i in range(KERNELS_PER_REPORT + 5)]
+    watch = _device_watch(many, {"cunn_SoftMaxForward": "torch_softmax"})
+    with watch.watch():
+        pass
+    assert watch.findings() == {}
+    assert len(watch.take_kernels()) == KERNELS_PER_REPORT and len(watch.take_kernels()) == 5
