@@ -311,8 +311,8 @@ class Driver:
             return self.ch.send("ran", batch=batch, failures={}, kernels=[]) if gated else None
         if gated:
             _cuda.wait_value(self.stream, self.slots["gate"], batch)
-        first = bool(msg.get("first"))
-        with self.ops.watch():
+        first = bool(msg.get("first"))  # a library's first batch on a shape compiles and autotunes: left unwatched
+        with self.ops.watch(on=not (first and self.go.get("library"))):  # (none of it the library's own kernels)
             for c in calls:
                 rep = self.one(index, c["inputs"], c.get("outputs"), first, check)
                 first = False

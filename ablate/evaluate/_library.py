@@ -99,7 +99,7 @@ def main(fd: int) -> int:
     torch, device, snapshot, pool, _ = _candidate.prepare(os.environ.get("ABLATE_EVAL_DEVICE", "auto"), watch=False)
     ch = _channel.Channel.from_fd(fd)
     ch.send("hello", pid=os.getpid())
-    driver = _candidate.Driver({"library_ops": ()}, torch, device, snapshot, ch, [], pool)
+    driver = _candidate.Driver({"library_ops": (), "library": True}, torch, device, snapshot, ch, [], pool)
 
     def use(msg: dict) -> None:
         if msg.get("kind") != "library":

@@ -44,7 +44,8 @@ VOID_SHARE = 0.25  # more of a shape's batches voided than this, on a GPU no oth
 TIMED_DISTRIBUTION = "normal"
 MAX_CALLS = 512  # a batch's calls, at most (each queued launch waits in the driver's queue until the gate opens)
 KERNELS_SHOWN = 16  # device kernels named in a shape's row
-RAN_WAIT_S = 60.0  # the peer's "ran", once the device has run its batch (the profile's records read)
+RAN_WAIT_S = 300.0  # the peer's "ran", once the device has run its batch (its profile's records read: a
+# batch that compiled and autotuned a kernel holds thousands of them)
 
 
 class Gone(Exception):

@@ -193,9 +193,10 @@ class OpWatch:
         warnings.filterwarnings("ignore", module="torch.profiler")
 
     @contextlib.contextmanager
-    def watch(self):
-        """Profiles the block (the caller synchronises the device inside it, on a GPU)."""
-        if not self.watched and not self.on_device:
+    def watch(self, on: bool = True):
+        """Profiles the block (the caller synchronises the device inside it, on a GPU); on=False:
+        not at all (the library process's first batch on a shape, below)."""
+        if not on or not self.watched and not self.on_device:
             yield
             return
         start, end = (f"ablate-watch-{os.urandom(8).hex()}-{w}" for w in ("start", "end"))
@@ -274,8 +275,8 @@ def _recorded(result, known=frozenset()) -> tuple[set[str], list[tuple[str, str 
     key_averages() first builds a Python event and its tree for each, 8-17 times the cost at 40-400
     calls a batch (benchmarks/results/watch-cost-cpu), and the judge waits for it every batch
     before it opens the gate. Both read the same records. A kernel's launching operator is the
-    innermost one running when it was launched (the profiler links the two by correlation id);
-    a graph replay or another library's launch has none."""
+    innermost ATen operator running when it was launched (the profiler links the two by
+    correlation id); a graph replay or a launch outside ATen (a Triton library's) has none."""
     from torch.autograd import DeviceType
 
     names, fresh = set(), {}
@@ -288,7 +289,10 @@ def _recorded(result, known=frozenset()) -> tuple[set[str], list[tuple[str, str 
             names.add(e.name())
     if not fresh:
         return names, []
-    ops = {e.correlation_id(): e.name() for e in events if e.device_type() == DeviceType.CPU and e.correlation_id()}
+    # ATen operators alone: the profiler's own records (its buffer requests) and the CUDA runtime's
+    # calls number their records apart from the operators', so an id can name one of each
+    ops = {e.correlation_id(): e.name() for e in events
+           if e.device_type() == DeviceType.CPU and e.correlation_id() and e.name().startswith("aten::")}
     return names, [(k, ops.get(c) if c else None) for k, c in fresh.items()]
 
 
