@@ -266,3 +266,16 @@ def test_a_batch_running_only_its_own_kernels_is_clean_and_names_them_at_most_a_
         pass
     assert watch.findings() == {}
     assert len(watch.take_kernels()) == KERNELS_PER_REPORT and len(watch.take_kernels()) == 5
+
+
+def test_a_library_kernel_behind_a_flood_of_new_kernels_is_still_seen_in_its_batch():
+    """A report names at most KERNELS_PER_REPORT new kernels, the rest later: a kernel launching
+    many kernels of its own first, so the library's falls past the last report, is checked all the same."""
+    from ablate.evaluate._watch import KERNELS_PER_REPORT
+
+    flood = [_Event(f"own_kernel_{i}", True) for i in range(3 * KERNELS_PER_REPORT)]
+    watch = _device_watch([*flood, _Event("nvjet_sm90_tst_256x128", True)], {"nvjet_sm90_tst_256x128": "cublas"})
+    with watch.watch():
+        pass
+    assert "nvjet_sm90_tst_256x128 (cublas)" in watch.findings()["library_passthrough"]
+    assert len(watch.take_kernels()) == KERNELS_PER_REPORT
