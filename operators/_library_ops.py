@@ -92,5 +92,5 @@ def library_family(*ops: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-__all__ = ["ATTENTION_OPS", "FAMILIES", "MATMUL_CALLS", "MATMUL_OPS", "SOFTMAX_CALLS", "NORMALISATION_OPS", "SOFTMAX_OPS", "base_name", "library_family",
-           "recorded_names"]
+__all__ = ["ATTENTION_OPS", "FAMILIES", "MATMUL_CALLS", "MATMUL_OPS", "NORMALISATION_OPS", "SOFTMAX_CALLS", "SOFTMAX_OPS",
+           "base_name", "library_family", "recorded_names"]

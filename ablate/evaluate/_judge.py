@@ -237,7 +237,7 @@ class Evaluation(CandidateLink):
             key = os.urandom(32)
             try:
                 self.cand.send("go", key=key.hex(), entry=entry, device=self.device, timing=bool(cfg["timing"]),
-                               library_ops=list(self.op.library_ops), library_kernels=library_kernels(bases),
+                               library_ops=list(self.op.library_ops), library_kernels=refused_kernels(bases),
                                submission=f"{handover['inner']}/submission/kernel.py", kit=handover["kit"])
                 self.cand.recv_key = key
                 imported = self.expect(("import",))
@@ -361,7 +361,7 @@ class Evaluation(CandidateLink):
         }
 
 
-def library_kernels(bases: list) -> dict[str, str]:
+def refused_kernels(bases: list) -> dict[str, str]:
     """{device kernel: library} over every shape's baselines: the kernels the task's libraries ran
     inside its library operators (_baselines.library_kernels), which the candidate's watch refuses."""
     return {k: name for base in bases if base for name, ks in (base.get("kernels") or {}).items() for k in ks}

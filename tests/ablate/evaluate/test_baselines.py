@@ -189,8 +189,8 @@ def test_a_librarys_kernels_are_those_its_library_operators_launched_but_plain_t
 
 
 def test_every_shapes_library_kernels_go_to_the_candidate_with_their_library():
-    from ablate.evaluate._judge import library_kernels
+    from ablate.evaluate._judge import refused_kernels
 
     bases = [{"ms": {}, "kernels": {"torch_matmul": ["nvjet_a"]}}, None,
              {"ms": {}, "kernels": {"torch_matmul": ["nvjet_b"], "triton_matmul": []}}, {"ms": {}}]
-    assert library_kernels(bases) == {"nvjet_a": "torch_matmul", "nvjet_b": "torch_matmul"}
+    assert refused_kernels(bases) == {"nvjet_a": "torch_matmul", "nvjet_b": "torch_matmul"}
