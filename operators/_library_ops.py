@@ -10,6 +10,8 @@ there. An in-place variant (trailing "_") is the same kernel: the families hold 
 watch looks for both (recorded_names)."""
 from __future__ import annotations
 
+import re
+
 NORMALISATION_OPS = tuple("aten::" + n for n in (
     "rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm", "group_norm", "native_group_norm",
     "instance_norm", "batch_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -71,6 +73,43 @@ MATMUL_CALLS = tuple(f"{lib}.{fn}" for lib in ("numpy", "cupy") for fn in (
 SOFTMAX_CALLS = tuple(f"{lib}.special.{fn}" for lib in ("scipy", "cupyx.scipy") for fn in ("softmax", "log_softmax"))
 
 
+# The device kernels of each family's vendor libraries, by their names' stems (kernel_stem): a
+# library kernel run on a shape or in a precision the libraries were not timed on is still the
+# library's (cuBLAS picks its kernel by shape and dtype; a captured graph replays any of them). Each
+# stem is C++-namespaced or in a vendor's own naming scheme, never a name a kernel written in Python
+# (Triton) or as extern "C" source (CuPy) is given by plain choice, so an honest kernel does not
+# match; tests/operators/test_library_ops.py holds real names of both sides.
+FAMILY_KERNELS = {
+    NORMALISATION_OPS: ("ATen's or cuDNN's normalisation", r"^cudnn::.*(?:bn_|[Nn]orm)|^at::native::.*(?:layer_?norm|LayerNorm|rms_?norm|"
+                        r"RmsNorm|RMSNorm|RowwiseMoments|batch_norm|BatchNorm|group_?norm|GroupNorm|ComputeFusedParams)"),
+    SOFTMAX_OPS: ("ATen's softmax", r"^at::native::.*(?:SoftMax|[Ss]oftmax)|^anon::softmax_warp_"),
+    MATMUL_OPS: ("cuBLAS's or cuDNN's matrix product", r"^cudnn::.*(?:conv|gemm)|^nvjet_|^xmma_|^sm\d+_xmma_|cublas|"
+                 r"^(?:maxwell|volta|turing|ampere|hopper|blackwell|sm\d+)_\w*(?:gemm|fprop|dgrad|wgrad)|"
+                 r"^cutlass_\d+_\w*gemm|^gemv2[NT]_kernel|^gemvx|^gemvNSP|^gemmSN_|^gemmk1_kernel$|^splitKreduce_kernel$|"
+                 r"implicit_convolve"),
+    ATTENTION_OPS: ("a flash, memory-efficient or cuDNN attention", r"^cudnn.*(?:sdpa|fmha|attn|flash)|^pytorch_flash::|^flash::|^flashinfer::|"
+                    r"PyTorchMemEffAttention|^fmha_cutlass"),
+}
+
+
+def kernel_stem(kernel: str) -> str:
+    """A device kernel's name without its return type, template arguments and parameters, with an
+    anonymous namespace as "anon": what every instantiation of one kernel shares ("void
+    at::native::(anonymous namespace)::cunn_SoftMaxForwardReg<c10::BFloat16, ...>(...)" ->
+    "at::native::anon::cunn_SoftMaxForwardReg")."""
+    name = re.sub(r"^(?:void|__global__)\s+", "", kernel.replace("(anonymous namespace)", "anon").strip())
+    return re.split(r"[<(]", name, maxsplit=1)[0].strip()
+
+
+def vendor_kernels(ops) -> tuple[str, re.Pattern] | None:
+    """(what they are, the stems' pattern) of the device kernels of the vendor libraries of every
+    family in `ops` (None: no family's): one of them run by a candidate is a library passthrough."""
+    found = [FAMILY_KERNELS[f] for f in FAMILIES if set(ops) & set(f)]
+    if not found:
+        return None
+    return " or ".join(what for what, _ in found) + " kernel", re.compile("|".join(f"(?:{p})" for _, p in found))
+
+
 def base_name(name: str) -> str:
     """An operator's name with an in-place variant's trailing "_" taken off ("aten::addmm_" is
     aten::addmm's kernel writing into its first argument); dunder names ("aten::__and__") kept."""
@@ -92,5 +131,5 @@ def library_family(*ops: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-__all__ = ["ATTENTION_OPS", "FAMILIES", "MATMUL_CALLS", "MATMUL_OPS", "NORMALISATION_OPS", "SOFTMAX_CALLS", "SOFTMAX_OPS",
-           "base_name", "library_family", "recorded_names"]
+__all__ = ["ATTENTION_OPS", "FAMILIES", "FAMILY_KERNELS", "MATMUL_CALLS", "MATMUL_OPS", "NORMALISATION_OPS",
+           "SOFTMAX_CALLS", "SOFTMAX_OPS", "base_name", "kernel_stem", "library_family", "recorded_names", "vendor_kernels"]

@@ -3,6 +3,8 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 18: a device kernel is the library's in any instantiation, and any kernel of the family's vendor
+#     libraries is (cuBLAS's for a product, whatever the shape or precision it was picked for)
 # 17: on a GPU the watch records the device's kernels until the batch has run (a gated batch is
 #     reported again once run), in the library process too; a kernel a library operator of the task
 #     launched for its library is a passthrough however it is reached (a CUDA graph replayed)
@@ -24,7 +26,7 @@ each check rejected."""
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "17"
+VERSION = "18"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

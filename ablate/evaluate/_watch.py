@@ -10,7 +10,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from ablate.operators._library_ops import recorded_names
+from ablate.operators._library_ops import kernel_stem, recorded_names, vendor_kernels
 
 # torch's switches of its profiler and of the record functions it is fed by: a kernel that could
 # call them would stop the watch, restart it empty or turn recording off around a library call. In
@@ -157,8 +157,10 @@ class OpWatch:
     On a GPU (`device` "cuda") the same profile records every kernel the device ran (CUPTI, through
     torch's profiler), however it was launched: a CUDA graph replayed, another array library, a
     thread the operator watch missed. The batch's profile then lasts until the device has run the
-    batch, and a kernel of `kernels` ({name: library}: those the task's libraries run inside their
-    own library operators, as the judge's library process recorded them) is a library passthrough.
+    batch, and a library passthrough is a kernel of `kernels` ({name: library}: those the task's
+    libraries run inside their own library operators, as the judge's library process recorded them)
+    in any instantiation (kernel_stem), or any kernel of the vendor libraries of the task's operator
+    families (vendor_kernels: cuBLAS's for a product, whatever its shape or precision).
     Each kernel first seen is kept in `new_kernels` with the operator that launched it (what the
     library process reports, and what a candidate's row shows).
 
@@ -180,7 +182,8 @@ class OpWatch:
         self.sealed.refused.update(self.watched)
         self.mark = torch.autograd.profiler.record_function  # bound before any submission is imported
         self.on_device = device == "cuda"
-        self.library_kernels = dict(kernels or {})
+        self.library_kernels = {kernel_stem(k): library for k, library in (kernels or {}).items()}
+        self.vendor = vendor_kernels(self.watched)
         self.ran_library: list[str] = []  # "kernel (library)", in the order first run
         self.new_kernels: list[list] = []  # [kernel, the operator that launched it or None], not yet reported
         self.known: set[str] = set()
@@ -223,8 +226,15 @@ class OpWatch:
         for kernel, launcher in kernels:
             self.known.add(kernel)
             self.new_kernels.append([kernel, launcher])
-            if kernel in self.library_kernels:
-                self.ran_library.append(f"{kernel[:200]} ({self.library_kernels[kernel]})")
+            if library := self.library_of(kernel):
+                self.ran_library.append(f"{kernel[:200]} ({library})")
+
+    def library_of(self, kernel: str) -> str | None:
+        """Which of the task's libraries a device kernel is, or None: a candidate's own."""
+        stem = kernel_stem(kernel)
+        if stem in self.library_kernels:
+            return self.library_kernels[stem]
+        return self.vendor[0] if self.vendor and self.vendor[1].search(stem) else None
 
     def take_kernels(self) -> list[list]:
         """The device kernels first seen since the last report, at most KERNELS_PER_REPORT."""

@@ -250,7 +250,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "17"
+    assert r["evaluator_version"] == "18"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 

@@ -210,7 +210,7 @@ def test_each_device_kernel_is_named_once_with_the_operator_that_launched_it():
     assert _recorded(result, known={"nvjet_tst_128x256_NNT", "vectorized_copy"})[1] == [("sm90_gemm_replayed", None)]
 
 
-def _device_watch(events, library_kernels):
+def _device_watch(events, library_kernels, library_ops=()):
     """An OpWatch recording a device's kernels, fed `events` (plus its own markers) by a profiler
     stand-in: this CPU has no CUPTI."""
     from ablate.evaluate._watch import Sealed
@@ -227,7 +227,7 @@ def _device_watch(events, library_kernels):
 
     switches = {"_prepare_profiler": lambda *a: None, "_enable_profiler": lambda *a: None,
                 "_disable_profiler": disable}
-    watch = OpWatch((), Sealed(switches), "cpu", kernels=library_kernels)
+    watch = OpWatch(library_ops, Sealed(switches), "cpu", kernels=library_kernels)
     watch.on_device, watch.mark = True, mark
     return watch
 
@@ -255,6 +255,33 @@ def test_a_library_kernel_the_device_ran_is_a_passthrough_however_it_was_launche
     with watch.watch():
         pass
     assert [k for k, _ in watch.take_kernels()] == ["own_rmsnorm_kernel", "vectorized_layer_norm_kernel"]
+
+
+def test_a_library_kernel_in_another_instantiation_or_precision_is_still_the_librarys():
+    """The libraries ran one instantiation of each kernel on the task's shapes; a candidate
+    replaying another (layer norm's kernel without its RMS flag, on [x, -x]; cuBLAS's float32 GEMM
+    instead of its bf16 one, picked by shape and precision) runs the same library all the same."""
+    from ablate.operators._library_ops import MATMUL_OPS, NORMALISATION_OPS
+
+    norm = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float, {}>(int)"
+    watch = _device_watch([_Event(norm.format("false"), True), _Event("_rmsnorm", True)],
+                          {norm.format("true"): "torch_F.rms_norm"}, NORMALISATION_OPS)
+    with watch.watch():
+        pass
+    assert "vectorized_layer_norm_kernel<c10::BFloat16, float, false>(int) (torch_F.rms_norm)" in (
+        watch.findings()["library_passthrough"])
+    fp32 = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_cublas"
+    own = [_Event("matmul_kernel", True), _Event("Memset (Device)", True),
+           _Event("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)", True)]
+    watch = _device_watch([*own, _Event(fp32, True)], {"nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT": "torch_matmul"},
+                          MATMUL_OPS)
+    with watch.watch():
+        pass
+    assert f"{fp32} (cuBLAS's or cuDNN's matrix product kernel)" in watch.findings()["library_passthrough"]
+    clean = _device_watch(own, {}, MATMUL_OPS)  # its own kernel, a memset, a fill: anyone's
+    with clean.watch():
+        pass
+    assert clean.findings() == {} and len(clean.take_kernels()) == 3
 
 
 def test_a_batch_running_only_its_own_kernels_is_clean_and_names_them_at_most_a_report_at_a_time():
