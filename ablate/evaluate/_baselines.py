@@ -209,7 +209,9 @@ def time_library(ev, shape: dict, name: str, kernels: set | None = None) -> floa
         sample = ev.input_set(shape, 0, references=False)[0]
         sj.open(batch_calls(ev, shape, 1 << 20), sample)
         del sample
-        timing = sj.time_gpu(fails, cost) if ev.device == "cuda" else sj.time_cpu(fails)
+        if ev.device == "cuda":
+            sj.warm_up(fails)
+        timing = (sj.time_gpu(fails, cost) if ev.device == "cuda" else sj.time_cpu(fails)) if not fails else None
     finally:
         sj.close()
     fails.pop("fatal", None)

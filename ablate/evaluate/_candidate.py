@@ -14,7 +14,7 @@ reference: only the inputs of the call it is in.
 
 Protocol (judge -> candidate): go {entry, device, timing, library_ops, library_kernels}; per shape slots {shape,
 size, nbytes, out_bytes} + the slots' descriptor (and, on a CPU, the outputs' memfd); call {shape,
-batch, gated, check, first, calls: [{inputs, outputs}]}; release; done.
+batch, gated, check, first, warm_up, calls: [{inputs, outputs}]}; release; done.
 (candidate -> judge): hello; import {reason, message, failures}; segments {segments} + descriptors;
 called {shape, batch, calls: [{reason, message, failures, entries, threads}], failures, segments,
 copied, watched_threads, kernels} + descriptors of new output segments; after a gated batch has
@@ -124,9 +124,7 @@ class Driver:
         found = {k: "replaced: " + ", ".join(v) for k, v in self.snapshot.tampered().items() if v}
         new = self.guard_log[self.guard_seen:]
         self.guard_seen = len(self.guard_log)
-        if new:
-            found["forbidden_code"] = "at run time: " + "; ".join(f"{e} ({w})" for e, w in new[:5])
-        return found
+        return found | _guard.findings(new)
 
     def poison(self, nbytes: int) -> None:
         """Fill memory the allocator will hand out next with NaN bit patterns (0xFF bytes)."""
@@ -311,8 +309,8 @@ class Driver:
             return self.ch.send("ran", batch=batch, failures={}, kernels=[]) if gated else None
         if gated:
             _cuda.wait_value(self.stream, self.slots["gate"], batch)
-        first = bool(msg.get("first"))  # a library's first batch on a shape compiles and autotunes: left unwatched
-        with self.ops.watch(on=not (first and self.go.get("library"))):  # (none of it the library's own kernels)
+        first = bool(msg.get("first"))  # a library's warm-up call compiles and autotunes: left unwatched
+        with self.ops.watch(on=not (msg.get("warm_up") and self.go.get("library"))):  # (ShapeJudge.warm_up)
             for c in calls:
                 rep = self.one(index, c["inputs"], c.get("outputs"), first, check)
                 first = False

@@ -22,7 +22,9 @@ install(): an audit hook (PEP 578; once added it cannot be removed) that refuses
   - when the submission asks: frames (sys._getframe, a traceback's tb_frame, f_code, gi_frame,
     ...), tracing and profiling hooks, replacing a function's code or defaults, building
     functions or code objects, exec/eval/compile, unmarshalling and unpickling code, ctypes,
-    and any process start;
+    any process start, and importing a kernel library (_library_ops.KERNEL_LIBRARIES: logged as a
+    library passthrough; importlib raises no audit event, so the sandbox, which does not show
+    them, is what stops a computed name);
   - signal handlers: the submission cannot install one (a handler is handed the interrupted
     frame: the driver's, mid-loop); a handler a library installs is handed no frame.
 A refused call raises PermissionError inside the kernel and is logged; the judge rejects the
@@ -149,8 +151,10 @@ def _code_roots(kit: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, 
 
 def install(submission_dir: str, kit_dir: str):
     """Add the audit hook and the signal-handler guard; returns the log, a list of (event, where)
-    the driver reads after each call. Everything the hook uses is bound now, so nothing the
-    submission rebinds (a module's attribute, a builtin) reaches it."""
+    the driver reads after each call (findings). Everything the hook uses is bound now, so nothing
+    the submission rebinds (a module's attribute, a builtin) reaches it."""
+    from ablate.operators._library_ops import KERNEL_LIBRARIES
+
     import posix
 
     log: list = []
@@ -317,7 +321,21 @@ def install(submission_dir: str, kit_dir: str):
             return startswith(real(cand), programs)
         return None
 
+    libraries, partition = frozenset(KERNEL_LIBRARIES), str.partition
+
     def hook(event: str, args: tuple) -> None:
+        if event == "import" and args and type_(args[0]) is str_ and partition(args[0], ".")[0] in libraries:
+            if busy[0]:
+                return
+            busy[0] = True
+            try:
+                where = origin()  # None: torch looking for one itself (it finds none: the sandbox hides them)
+            finally:
+                busy[0] = False
+            if where is not None:
+                log.append((f"import {args[0]}", where))
+                raise perm(f"ablate: importing {args[0]} is not allowed in a kernel: it is a kernel library")
+            return
         if event == "open" or event == "os.symlink":
             p = text(args[0]) if args else None
             if p is not None and names_mem(p):
@@ -373,6 +391,17 @@ def install(submission_dir: str, kit_dir: str):
     sys.addaudithook(hook)
     _guard_signals(log, asker)
     return log
+
+
+def findings(entries: list) -> dict[str, str]:
+    """{reason: what was refused} of new log entries: an operator library's import is a library
+    passthrough, anything else forbidden code."""
+    found = {}
+    for reason, mine in (("library_passthrough", [e for e in entries if e[0].startswith("import ")]),
+                         ("forbidden_code", [e for e in entries if not e[0].startswith("import ")])):
+        if mine:
+            found[reason] = "at run time: " + "; ".join(f"{e} ({w})" for e, w in mine[:5])
+    return found
 
 
 def _sealed() -> tuple:

@@ -121,7 +121,8 @@ class Confinement:
         """(argv, inner root, inner kit) for `command` confined to `root` and the kit (both
         read-only: nothing of the host is writable inside), a private /tmp holding home/ and
         cache/, and the GPU when the device is CUDA. `root` must hold an empty kit/ folder (the
-        kit's mount point: the read-only root cannot grow one)."""
+        kit's mount point: the read-only root cannot grow one). The kernel libraries
+        (KERNEL_LIBRARIES) are not shown: a kernel has none to call, whatever name it computes."""
         if not self.mode:
             return command, str(root), str(kit)
         uid = self.uid_for(str(root)) if self.mode == "root" else -1
@@ -129,7 +130,10 @@ class Confinement:
             EVAL_UIDS.add(uid)
         binds = [(root, INNER_ROOT, False), (kit, f"{INNER_ROOT}/kit", False)]
         gpu = device != "cpu" and bool(_bwrap.gpu_devices())
-        a = _bwrap.argv(self.binary, binds, self.mode, gpu, _bwrap.project_paths(), TMP_BYTES, chdir="/tmp",
+        from ablate.operators._library_ops import KERNEL_LIBRARIES
+
+        hide = _bwrap.project_paths() + _bwrap.package_paths(KERNEL_LIBRARIES)
+        a = _bwrap.argv(self.binary, binds, self.mode, gpu, hide, TMP_BYTES, chdir="/tmp",
                         tmp_dirs=("home", "cache"))
         a += _bwrap.launcher(24 * 3600, 4096, TMP_BYTES, uid, command)
         return a, INNER_ROOT, f"{INNER_ROOT}/kit"

@@ -91,16 +91,7 @@ def project_paths() -> list[Path]:
     editable install's ``.pth`` leads to the checkout); and the source tree the packages are
     imported from, when it is not itself a Python path (the checkout)."""
     sites = {p for p in _site_dirs()}
-    paths: set[Path] = set()
-    for name in PROJECT_PACKAGES:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        for loc in (spec.submodule_search_locations or []) if spec else []:
-            if os.path.isdir(loc):
-                paths.add(Path(loc).resolve())
-        paths |= {d / name for d in sites if (d / name).is_dir()}
+    paths: set[Path] = set(package_paths(PROJECT_PACKAGES))
     try:
         dists = list(importlib.metadata.distributions(name=DISTRIBUTION))
     except Exception:  # noqa: BLE001 - a broken metadata directory must not stop the sandbox
@@ -118,6 +109,25 @@ def project_paths() -> list[Path]:
     # a path inside another is covered with it: hiding it too would leave its mount point, an empty
     # folder that makes site-packages/ablate an importable namespace package
     return sorted(p for p in paths if not any(q in p.parents for q in paths))
+
+
+def package_paths(names) -> list[Path]:
+    """Where the packages `names` (import names, dotted or not) live: each as imported (found, not
+    imported) and every other copy on the interpreter's paths; a module of one file by its file."""
+    sites = _site_dirs()
+    paths: set[Path] = set()
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations is None and spec.has_location and spec.origin:
+            paths.add(Path(spec.origin).resolve())
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            if os.path.isdir(loc):
+                paths.add(Path(loc).resolve())
+        paths |= {d / name for d in sites if (d / name).is_dir()}
+    return sorted(paths)
 
 
 def _site_dirs() -> list[Path]:

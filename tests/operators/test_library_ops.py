@@ -146,3 +146,10 @@ def test_a_kernels_stem_is_shared_by_its_instantiations():
     assert kernel_stem(one) == kernel_stem(other) == "at::native::anon::vectorized_layer_norm_kernel"
     assert kernel_stem("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT") == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT"
     assert kernel_stem("Memset (Device)") == "Memset"
+
+
+def test_every_library_package_an_operator_names_is_hidden_from_candidates():
+    from ablate.operators._library_ops import KERNEL_LIBRARIES
+
+    named = {p for n in operators.names() for p in operators.get(n).library_calls if p.isidentifier()}
+    assert named and named <= set(KERNEL_LIBRARIES), sorted(named - set(KERNEL_LIBRARIES))

@@ -238,3 +238,40 @@ def test_a_candidate_has_a_user_name_without_a_passwd_entry(monkeypatch):
 
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
     assert getpass.getuser() == "candidate"
+
+
+LIBRARY_PROBE = '''
+import importlib, json
+
+def load(name):
+    try:
+        return "loaded" if getattr(importlib.import_module(name), "__file__", None) else "empty"
+    except ImportError as e:
+        return type(e).__name__
+
+raise RuntimeError("PROBE " + json.dumps({n: load(n) for n in ("tabulate", "json")}) + " END")
+
+def kernel(x, w):
+    return x
+'''
+
+
+def test_a_candidate_finds_no_kernel_library_to_call(tmp_path, monkeypatch):
+    """The kernel libraries are not shown in a candidate's sandbox, so a name the static scan
+    cannot read (importlib of a computed name, which raises no audit event) finds nothing to call.
+    tabulate stands in for them (no kernel library is installed on a CPU machine); json is shown."""
+    from ablate.operators import _library_ops
+
+    if not _kit.confinement().mode:
+        pytest.skip(f"bubblewrap cannot run here: {_kit.confinement().note}")
+    import tabulate  # noqa: F401 (installed: the stand-in must exist on the host for the test to mean anything)
+
+    monkeypatch.setattr(_library_ops, "KERNEL_LIBRARIES", (*_library_ops.KERNEL_LIBRARIES, "tabulate"))
+    _servers.SPARES.close()  # candidates started before the stand-in was listed
+    try:
+        (tmp_path / "kernel.py").write_text(LIBRARY_PROBE)
+        _, facts = facts_of(evaluate("rmsnorm", tmp_path / "kernel.py", shapes="smoke", draws=1, scan=False,
+                                     timeout_s=PROBE_LIMIT_S))
+    finally:
+        _servers.SPARES.close()
+    assert facts["json"] == "loaded" and facts["tabulate"] in ("empty", "ModuleNotFoundError"), facts

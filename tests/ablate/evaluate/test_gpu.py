@@ -121,6 +121,8 @@ def test_hidden_shapes_are_judged(judged):
     # torch's RMSNorm captured in a CUDA graph at import, where no watch runs, and replayed: no
     # operator dispatched in a call, but the device runs the library's own kernel
     ("passthrough_graph_import", {"library_passthrough"}, False),
+    # Liger's kernel (outside ATen, a name of its own) imported by a computed name: the guard refuses it
+    ("passthrough_computed_import", {"library_passthrough"}, False),
 ])
 def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
     r = judged(name, draws=1, scan=scan, **PUBLIC)
@@ -132,6 +134,15 @@ def test_gpu_exploit_is_rejected_for_its_reason(judged, name, reasons, scan):
         assert reasons <= set(r["reasons"]), r["details"]
     if any((s.get("time_ms") or {}).get("median", 1.0) < 0.98 * (s.get("floor_ms") or 0) for s in r["shapes"]):
         assert "below_roofline" in r["reasons"]  # a time faster than physics is never let through
+
+
+def test_a_kernel_library_imported_by_a_computed_name_is_not_there(judged):
+    """Liger's RMSNorm through importlib (no audit event, no name the scan reads): its kernel runs
+    outside ATen under a name of its own, so only the sandbox, which does not show it, stops it."""
+    if importlib.util.find_spec("liger_kernel") is None:
+        pytest.skip("Liger is not installed here: nothing to hide")
+    r = judged("passthrough_importlib", draws=1, scan=False, **PUBLIC)
+    assert r["verdict"] == "rejected" and "liger_kernel" in str(r["details"]), r["details"]
 
 
 @pytest.mark.parametrize("op,name,scan", [
