@@ -4,7 +4,10 @@ import importlib.util
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+# The first test of an operator times every library on a cold cache (torch.compile's max-autotune
+# among them): on an H100 the first GEMM and softmax tests failed under a 240 s limit, their
+# messages cut off (benchmarks/results/h100-evaluator-18); the suite's 300 s must not decide that
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1200)]
 
 PUBLIC = {"shapes": "public"}
 
