@@ -198,7 +198,7 @@ class OpWatch:
     @contextlib.contextmanager
     def watch(self, on: bool = True):
         """Profiles the block (the caller synchronises the device inside it, on a GPU); on=False:
-        not at all (the library process's first batch on a shape, below)."""
+        not at all (the library process's warm-up call on a shape, ShapeJudge.warm_up)."""
         if not on or not self.watched and not self.on_device:
             yield
             return

@@ -249,7 +249,7 @@ def test_a_library_kernel_the_device_ran_is_a_passthrough_however_it_was_launche
         pass
     assert watch.take_kernels() == []
     watch.forget_kernels()  # the library process switching libraries: each names its own afresh
-    with watch.watch(on=False):  # a library's first batch on a shape (compiling, autotuning): no profile
+    with watch.watch(on=False):  # a library's warm-up call on a shape (compiling, autotuning): no profile
         pass
     assert watch.take_kernels() == []
     with watch.watch():
