@@ -4,7 +4,9 @@ each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
 # 18: a device kernel is the library's in any instantiation, and any kernel of the family's vendor
-#     libraries is (cuBLAS's for a product, whatever the shape or precision it was picked for)
+#     libraries is (cuBLAS's for a product, whatever the shape or precision it was picked for); the
+#     kernel libraries are not in a candidate's sandbox; a library's compile-and-autotune call is an
+#     untimed warm-up, so its first timed batch (the copy-in yardstick) is watched like the rest
 # 17: on a GPU the watch records the device's kernels until the batch has run (a gated batch is
 #     reported again once run), in the library process too; a kernel a library operator of the task
 #     launched for its library is a passthrough however it is reached (a CUDA graph replayed)
