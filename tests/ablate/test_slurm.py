@@ -45,16 +45,23 @@ def _node_state() -> str:
     return out.stdout.strip() or out.stderr.strip() or "no nodes"
 
 
+NO_CONTROLLER = "Unable to contact slurm controller"  # sinfo's answer (after about 9 s) where none runs
+
+
 @pytest.fixture(scope="module")
 def slurm():
+    required = os.environ.get("ABLATE_REQUIRE_SLURM") == "1"
     deadline = time.monotonic() + 30
     state = _node_state()
-    while state not in ("idle", "mixed", "allocated") and time.monotonic() < deadline and shutil.which("sinfo"):
+    # a node may take a while to be usable; a controller that is not there is waited for only where
+    # one is required (CI), not on every machine without SLURM (three more sinfo calls, 30 s)
+    while (state not in ("idle", "mixed", "allocated") and time.monotonic() < deadline and shutil.which("sinfo")
+           and (required or NO_CONTROLLER not in state)):
         time.sleep(1)
         state = _node_state()
     if state not in ("idle", "mixed", "allocated"):
         why = f"no usable SLURM node ({state}); `bash .ci/slurm.sh` as root starts a one-node cluster"
-        if os.environ.get("ABLATE_REQUIRE_SLURM") == "1":
+        if required:
             pytest.fail(why + "; its logs: /var/log/slurm/slurmctld.log, /var/log/slurm/slurmd.log")
         pytest.skip(why)
 

@@ -7,6 +7,7 @@ contractions run on the tensor cores (wgmma) fed by the copy engine (TMA); a sha
 SHAPE_CONFIGS really launches that configuration."""
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,8 +53,10 @@ def configs_of(name):
 
 
 HEAVY = ("topk",)  # its interpreter run takes about as long as all the others together: a process of its own
-# The interpreter runs and the compile check take about 80 s on two quiet cores, and over 280 s when
-# other processes share those cores; a limit is there to catch a hang, not to time the machine.
+# (tl.topk's xor_sum reductions get numpy's XOR there, template_runner.fast_xor_sum: 53 s of it were 19 s)
+# The interpreter runs and the compile check take about 30 s on two quiet cores (55 s with Triton's
+# cache cold), and several times that when other processes share those cores; a limit is there to
+# catch a hang, not to time the machine.
 RUNS_LIMIT_S = 1500
 
 
@@ -68,11 +71,16 @@ def started():
     """The interpreter runs (TRITON_INTERPRET must precede importing triton: processes of their own,
     the heavy template apart) and the sm_90 compile check, started together so that on a machine of
     few cores they overlap instead of queueing."""
-    def start(*args):
-        return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def start(*args, env=None):
+        return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
 
+    # One OpenMP thread an interpreter run: its tensors are far too small for torch's or OpenBLAS's
+    # threads, which only spun beside the other runs (the run of all but topk took 18 CPU seconds, now 12)
+    one_thread = {**os.environ, "OMP_NUM_THREADS": "1"}
     plans = [{k: v for k, v in INTERPRETED.items() if (k in HEAVY) == heavy} for heavy in (True, False)]
-    procs = {"interpreted": [start(str(HERE / "template_runner.py"), "--plan", json.dumps(plan)) for plan in plans],
+    procs = {"interpreted": [start(str(HERE / "template_runner.py"), "--plan", json.dumps(plan), env=one_thread)
+                             for plan in plans],
              "compiled": [start(str(HERE / "template_aot.py"), *OURS)] if _has_sm90_compiler() else []}
     yield procs
     for proc in procs["interpreted"] + procs["compiled"]:
