@@ -1,0 +1,91 @@
+"""What one timed call's check costs the judge, part by part, and what the error pass's chunk size
+does to it: the fresh inputs, the float64 reference, and the rule's error statistics.
+
+    python -m benchmarks.check_cost --operators rmsnorm softmax --shapes eval \
+        [--chunks 4194304 67108864] [--repeats 5] [--out FILE]
+
+After each timed batch the judge checks three of its calls against a reference of their own
+inputs (ablate/evaluate/_shape.py, `timed_checks`). On the largest memory-bound shapes that, not
+the timing, is what a shape's evaluation costs. Prints one JSON line per operator, shape and
+chunk size: the median seconds of each part over --repeats, with the device synchronised around
+each, and how far each chunk size's statistics are from the first's (summation order only: the
+chunk bounds memory). --out writes the lines and the machine to FILE.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks._lines import Lines
+
+
+def _timed(torch, fn):
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def _drift(stats: list[dict], first: list[dict]) -> float:
+    """The largest relative difference of a statistic from the first chunk size's (summation order
+    moves the last bits; anything more would be a bug)."""
+    return max((abs(x[k] - y[k]) / max(abs(y[k]), 1e-30) for x, y in zip(stats, first) for k in x
+                if isinstance(x[k], (int, float)) and x[k] != y[k]), default=0.0)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--operators", nargs="+", default=["rmsnorm"])
+    p.add_argument("--shapes", default="smoke")
+    p.add_argument("--chunks", nargs="+", type=int, default=None, help="elements per pass (default: the rule's)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", type=Path)
+    a = p.parse_args(argv)
+    import torch
+
+    from ablate import operators
+    from ablate.operators import _correctness as rule
+    from ablate.operators import _error_stats, shape_id
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    chunks = a.chunks or [rule.CHUNK]
+    lines = Lines(a.out)
+    try:
+        for name in a.operators:
+            op = operators.get(name)
+            for shape in op.shape_set(a.shapes):
+                ins = op.make_inputs(shape, 0, device, "normal")
+                refs = rule.reference_outputs(op, tuple(ins))
+                env = rule.calibrate(op, tuple(ins), list(refs), {}).envelope
+                outs = [t.to(o.dtype) if isinstance(t, torch.Tensor) else t
+                        for t, o in zip(refs, rule.as_outputs(op.reference(*ins)))]  # a kernel's outputs, stand-in
+                seen = None
+                for chunk in chunks:
+                    _error_stats.CHUNK = chunk
+                    parts: dict[str, list[float]] = {"inputs": [], "reference": [], "error_stats": []}
+                    for _ in range(a.repeats):
+                        parts["inputs"].append(_timed(torch, lambda: op.make_inputs(shape, 1, device, "normal"))[1])
+                        parts["reference"].append(_timed(torch, lambda: rule.reference_outputs(op, tuple(ins)))[1])
+                        j, s = _timed(torch, lambda: rule.judge_output(outs, refs, env, tuple(ins)))
+                        parts["error_stats"].append(s)
+                    stats = [x.as_dict() for x in j.stats]
+                    seen = stats if seen is None else seen
+                    lines.add({"operator": name, "shape": shape_id(shape), "device": device, "chunk": chunk,
+                               "seconds": {k: round(statistics.median(v), 5) for k, v in parts.items()},
+                               "ok": j.ok, "stats_drift": _drift(stats, seen)})
+                del ins, refs, outs
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+    finally:
+        _error_stats.CHUNK = rule.CHUNK
+    lines.write()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,20 @@
+"""benchmarks/check_cost.py on the CPU: a line per operator, shape and chunk size, each part
+timed, the statistics the same whatever the chunk."""
+import json
+
+from benchmarks import check_cost
+
+
+def test_each_shape_and_chunk_is_a_line_with_its_parts(tmp_path):
+    out = tmp_path / "check.jsonl"
+    assert check_cost.main(["--operators", "rmsnorm", "--chunks", "4194304", "1024", "--repeats", "1",
+                            "--out", str(out)]) == 0
+    head, *rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "command" in head and "torch" in head
+    assert [(r["shape"], r["chunk"]) for r in rows] == [
+        ("M=8,N=512,dtype=bfloat16", 4194304), ("M=8,N=512,dtype=bfloat16", 1024),
+        ("M=5,N=1000,dtype=bfloat16", 4194304), ("M=5,N=1000,dtype=bfloat16", 1024)]
+    assert all(r["ok"] and set(r["seconds"]) == {"inputs", "reference", "error_stats"} for r in rows)
+    assert all(r["stats_drift"] < 1e-6 for r in rows)  # whole rows a pass either way: the same rule
+    from ablate.operators import _error_stats
+    assert _error_stats.CHUNK == 1 << 22  # put back
