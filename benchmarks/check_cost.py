@@ -2,7 +2,7 @@
 does to it: the fresh inputs, the float64 reference, and the rule's error statistics.
 
     python -m benchmarks.check_cost --operators rmsnorm softmax --shapes eval \
-        [--chunks 4194304 67108864] [--repeats 5] [--out FILE]
+        [--chunks 4194304 67108864] [--compiled] [--repeats 5] [--out FILE]
 
 After each timed batch the judge checks three of its calls against a reference of their own
 inputs (ablate/evaluate/_shape.py, `timed_checks`). On the largest memory-bound shapes that, not
@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     p.add_argument("--operators", nargs="+", default=["rmsnorm"])
     p.add_argument("--shapes", default="smoke")
     p.add_argument("--chunks", nargs="+", type=int, default=None, help="elements per pass (default: the rule's)")
+    p.add_argument("--compiled", action="store_true",
+                   help="each chunk size also with the error pass under torch.compile (its first call timed apart)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
@@ -53,6 +55,8 @@ def main(argv=None) -> int:
     from ablate.operators import _error_stats, shape_id
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    passes = {False: _error_stats.chunk_stats,
+              True: torch.compile(_error_stats.chunk_stats, dynamic=True) if a.compiled else None}
     chunks = a.chunks or [rule.CHUNK]
     lines = Lines(a.out)
     try:
@@ -65,9 +69,11 @@ def main(argv=None) -> int:
                 outs = [t.to(o.dtype) if isinstance(t, torch.Tensor) else t
                         for t, o in zip(refs, rule.as_outputs(op.reference(*ins)))]  # a kernel's outputs, stand-in
                 seen = None
-                for chunk in chunks:
+                for chunk, compiled in [(c, k) for c in chunks for k in ((False, True) if a.compiled else (False,))]:
                     _error_stats.CHUNK = chunk
+                    _error_stats.PASS = passes[compiled]
                     parts: dict[str, list[float]] = {"inputs": [], "reference": [], "error_stats": []}
+                    first = _timed(torch, lambda: rule.judge_output(outs, refs, env, tuple(ins)))[1]
                     for _ in range(a.repeats):
                         parts["inputs"].append(_timed(torch, lambda: op.make_inputs(shape, 1, device, "normal"))[1])
                         parts["reference"].append(_timed(torch, lambda: rule.reference_outputs(op, tuple(ins)))[1])
@@ -76,13 +82,14 @@ def main(argv=None) -> int:
                     stats = [x.as_dict() for x in j.stats]
                     seen = stats if seen is None else seen
                     lines.add({"operator": name, "shape": shape_id(shape), "device": device, "chunk": chunk,
+                               "compiled": compiled, "first_error_stats": round(first, 5),
                                "seconds": {k: round(statistics.median(v), 5) for k, v in parts.items()},
                                "ok": j.ok, "stats_drift": _drift(stats, seen)})
                 del ins, refs, outs
                 if device == "cuda":
                     torch.cuda.empty_cache()
     finally:
-        _error_stats.CHUNK = rule.CHUNK
+        _error_stats.CHUNK, _error_stats.PASS = rule.CHUNK, _error_stats.chunk_stats
     lines.write()
     return 0
 

@@ -82,14 +82,34 @@ def _rows(ref: Any) -> tuple[int, int]:
     return row, (CHUNK // row * row if row else CHUNK)
 
 
-def _size(rc: torch.Tensor, finite: torch.Tensor, scale: float, row: int) -> torch.Tensor:
-    """Each element's |ref| + size, the max statistic's denominator (see the module docstring)."""
+def _size(rc: torch.Tensor, finite: torch.Tensor, scale, row: int) -> torch.Tensor:
+    """Each element's |ref| + size, the max statistic's denominator (see the module docstring).
+    scale: a float or a 0-d tensor."""
+    scale = torch.as_tensor(scale, dtype=rc.dtype, device=rc.device)
     mag = torch.where(finite, rc.abs(), 0)
     if not row:
         return mag + scale
     rows = mag.view(-1, row)
     rms = rows.double().square().mean(1, keepdim=True).sqrt().to(mag.dtype)
-    return (rows + rms.clamp(min=scale)).view(-1)
+    return (rows + torch.maximum(rms, scale)).view(-1)
+
+
+def chunk_stats(oc: torch.Tensor, rc: torch.Tensor, scale: torch.Tensor, tol: torch.Tensor,
+                row: int) -> torch.Tensor:
+    """One pass's partial statistics, float64: (nonfinite, max_abs, sum of (d / scale)^2, max e,
+    elements beyond tol), of an output's chunk `oc` against the reference's `rc`, both in the wide
+    dtype. A function of tensors only, so it can be handed to torch.compile unchanged
+    (benchmarks/check_cost.py measures that)."""
+    fr, fo = torch.isfinite(rc), torch.isfinite(oc)
+    unmatched = ~fr & (oc != rc) & ~(torch.isnan(oc) & torch.isnan(rc))  # Inf where Inf, NaN where NaN
+    d = torch.where(fr & fo, (oc - rc).abs(), 0)
+    e = d / _size(rc, fr, scale, row)
+    return torch.stack([((fr & ~fo) | unmatched).sum().double(), d.max().double(),
+                        (d / scale.to(d.dtype)).double().square().sum(), e.max().double(),
+                        (e > tol).sum().double()])
+
+
+PASS = chunk_stats  # what error_stats runs on each chunk (a benchmark may swap in a compiled one)
 
 
 def error_stats(out: Any, ref: Any, tol: float) -> Stats:
@@ -103,19 +123,13 @@ def error_stats(out: Any, ref: Any, tol: float) -> Stats:
     wide = _wide(o, r)
     scale = _scale(r, wide)
     row, step = _rows(ref)
+    scale_t = torch.tensor(scale, dtype=torch.float64, device=r.device)
+    tol_t = torch.tensor(tol, dtype=torch.float64, device=r.device)
     part = torch.zeros(5, dtype=torch.float64, device=r.device)  # nonfinite, max_abs, sum q^2, max e, beyond
     for a in range(0, n, step):
-        rc = r[a:a + step].to(wide)
-        oc = o[a:a + step].to(device=r.device, dtype=wide)
-        fr, fo = torch.isfinite(rc), torch.isfinite(oc)
-        unmatched = ~fr & (oc != rc) & ~(torch.isnan(oc) & torch.isnan(rc))  # Inf where Inf, NaN where NaN
-        part[0] += ((fr & ~fo) | unmatched).sum()
-        d = torch.where(fr & fo, (oc - rc).abs(), 0)
-        part[1] = torch.maximum(part[1], d.max().double())
-        part[2] += (d / scale).double().square().sum()
-        e = d / _size(rc, fr, scale, row)
-        part[3] = torch.maximum(part[3], e.max().double())
-        part[4] += (e > tol).sum()
+        p = PASS(o[a:a + step].to(device=r.device, dtype=wide), r[a:a + step].to(wide), scale_t, tol_t, row)
+        part = torch.stack([part[0] + p[0], torch.maximum(part[1], p[1]), part[2] + p[2],
+                            torch.maximum(part[3], p[3]), part[4] + p[4]])
     nonfinite, max_abs, sumsq, emax, beyond = part.tolist()
     return Stats(n=n, nonfinite=int(nonfinite), scale=scale, max_abs=max_abs, rms=math.sqrt(sumsq / n),
                  max=emax, frac=beyond / n)
@@ -143,4 +157,4 @@ def worst_element(out: Any, ref: Any) -> tuple[list[int], float, float]:
     return idx, float(of[where]), float(rf[where])
 
 
-__all__ = ["CHUNK", "Stats", "error_stats", "worst_element"]
+__all__ = ["CHUNK", "Stats", "chunk_stats", "error_stats", "worst_element"]
