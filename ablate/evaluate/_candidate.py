@@ -309,8 +309,9 @@ class Driver:
             return self.ch.send("ran", batch=batch, failures={}, kernels=[]) if gated else None
         if gated:
             _cuda.wait_value(self.stream, self.slots["gate"], batch)
-        first = bool(msg.get("first"))  # a library's warm-up call compiles and autotunes: left unwatched
-        with self.ops.watch(on=not (msg.get("warm_up") and self.go.get("library"))):  # (ShapeJudge.warm_up)
+        first = bool(msg.get("first"))
+        # a library's warm-up call compiles and autotunes: left unwatched (ShapeJudge.warm_up)
+        with self.ops.watch(on=not (msg.get("warm_up") and self.go.get("library"))):
             for c in calls:
                 rep = self.one(index, c["inputs"], c.get("outputs"), first, check)
                 first = False

@@ -292,8 +292,7 @@ class ShapeJudge(GpuTiming):
         batch under the profile than beside one not: benchmarks/results/h100-evaluator-18)."""
         ins, _ = self.timed_inputs(0, 0)
         self.slots.place(0, ins, self.entry_plan)
-        if self.device == "cuda":
-            self.torch.cuda.synchronize()
+        self.torch.cuda.synchronize()  # only a GPU's library process warms up (_baselines.time_library)
         self.peer.send("call", shape=self.i, batch=0, gated=False, check=False, first=True, warm_up=True,
                        calls=self.call_msg([0]))
         msg = self.receive_called(0)
