@@ -38,31 +38,43 @@ def _drift(stats: list[dict], first: list[dict]) -> float:
                 if isinstance(x[k], (int, float)) and x[k] != y[k]), default=0.0)
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not a positive count")
+    return n
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--operators", nargs="+", default=["rmsnorm"])
     p.add_argument("--shapes", default="smoke")
-    p.add_argument("--chunks", nargs="+", type=int, default=None, help="elements per pass (default: the rule's)")
+    p.add_argument("--chunks", nargs="+", type=_positive, default=None, help="elements per pass (default: the rule's)")
     p.add_argument("--compiled", action="store_true",
                    help="each chunk size also with the error pass under torch.compile (its first call timed apart)")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=_positive, default=5)
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     import torch
 
     from ablate import operators
     from ablate.operators import _correctness as rule
+    from ablate.errors import AblateError
     from ablate.operators import _error_stats, shape_id
 
+    try:  # a name that is not there stops the run before anything is measured
+        todo = [(name, operators.get(name).shape_set(a.shapes)) for name in a.operators]
+    except AblateError as e:
+        p.error(str(e))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     passes = {False: _error_stats.chunk_stats,
               True: torch.compile(_error_stats.chunk_stats, dynamic=True) if a.compiled else None}
     chunks = a.chunks or [rule.CHUNK]
     lines = Lines(a.out)
     try:
-        for name in a.operators:
+        for name, shapes in todo:
             op = operators.get(name)
-            for shape in op.shape_set(a.shapes):
+            for shape in shapes:
                 ins = op.make_inputs(shape, 0, device, "normal")
                 refs = rule.reference_outputs(op, tuple(ins))
                 env = rule.calibrate(op, tuple(ins), list(refs), {}).envelope

@@ -2,6 +2,8 @@
 timed, the statistics the same whatever the chunk."""
 import json
 
+import pytest
+
 from benchmarks import check_cost
 
 
@@ -18,3 +20,17 @@ def test_each_shape_and_chunk_is_a_line_with_its_parts(tmp_path):
     assert all(r["stats_drift"] < 1e-6 for r in rows)  # whole rows a pass either way: the same rule
     from ablate.operators import _error_stats
     assert (_error_stats.CHUNK, _error_stats.PASS) == (1 << 22, _error_stats.chunk_stats)  # put back
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--operators", "rmsnorm", "nope"], "unknown operator 'nope'"),
+    (["--shapes", "nope"], "no shape set 'nope'"),
+    (["--chunks", "0"], "0 is not a positive count"),
+])
+def test_a_bad_argument_is_one_line_before_anything_is_measured(tmp_path, capsys, argv, says):
+    out = tmp_path / "check.jsonl"
+    with pytest.raises(SystemExit) as e:
+        check_cost.main([*argv, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and says in err[-1] and "Traceback" not in "".join(err)
+    assert not out.exists()  # nothing written, nothing to lose
