@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--operators", nargs="+", default=["rmsnorm"])
     p.add_argument("--shapes", default="smoke")
-    p.add_argument("--chunks", nargs="+", type=_positive, default=None, help="elements per pass (default: the rule's)")
+    p.add_argument("--chunks", nargs="+", type=_positive, default=None, help="elements per pass (default: this device's, GPU_CHUNK or CHUNK)")
     p.add_argument("--compiled", action="store_true",
                    help="each chunk size also with the error pass under torch.compile (its first call timed apart)")
     p.add_argument("--repeats", type=_positive, default=5)
@@ -69,7 +69,9 @@ def main(argv=None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     passes = {False: _error_stats.chunk_stats,
               True: torch.compile(_error_stats.chunk_stats, dynamic=True) if a.compiled else None}
-    chunks = a.chunks or [rule.CHUNK]
+    knob = "CHUNK" if device == "cpu" else "GPU_CHUNK"  # the pass size on this device
+    kept = getattr(_error_stats, knob), _error_stats.PASS
+    chunks = a.chunks or [kept[0]]
     lines = Lines(a.out)
     try:
         for name, shapes in todo:
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
                         for t, o in zip(refs, rule.as_outputs(op.reference(*ins)))]  # a kernel's outputs, stand-in
                 seen = None
                 for chunk, compiled in [(c, k) for c in chunks for k in ((False, True) if a.compiled else (False,))]:
-                    _error_stats.CHUNK = chunk
+                    setattr(_error_stats, knob, chunk)
                     _error_stats.PASS = passes[compiled]
                     parts: dict[str, list[float]] = {"inputs": [], "reference": [], "error_stats": []}
                     first = _timed(torch, lambda: rule.judge_output(outs, refs, env, tuple(ins)))[1]
@@ -101,7 +103,8 @@ def main(argv=None) -> int:
                 if device == "cuda":
                     torch.cuda.empty_cache()
     finally:
-        _error_stats.CHUNK, _error_stats.PASS = rule.CHUNK, _error_stats.chunk_stats
+        setattr(_error_stats, knob, kept[0])
+        _error_stats.PASS = kept[1]
     lines.write()
     return 0
 

@@ -62,6 +62,23 @@ def test_error_stats_are_the_same_in_chunks(monkeypatch):
         assert getattr(chunked, k) == pytest.approx(getattr(whole, k), rel=1e-5)
 
 
+def test_a_pass_of_another_size_than_the_row_bound_gives_the_same_statistics(monkeypatch):
+    """A GPU's pass size (GPU_CHUNK) is not the row bound (CHUNK): rows are the rule's whatever
+    the pass, and a pass shorter than a row still holds one whole row."""
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(64, 48, generator=g) * torch.logspace(-2, 2, 64).unsqueeze(1)
+    out = (ref + torch.randn(64, 48, generator=g) * 0.01).to(torch.bfloat16)
+    whole, worst = c.error_stats(out, ref, BF16_TOL), c.worst_element(out, ref)
+    for size in (5, 100, 1 << 26):  # shorter than a row, a few rows a pass, all in one pass
+        monkeypatch.setattr(_error_stats, "_chunk", lambda t: size)
+        assert _error_stats._rows(ref) == (48, max(size // 48, 1) * 48)
+        parted = c.error_stats(out, ref, BF16_TOL)
+        assert (parted.n, parted.nonfinite, parted.max_abs, parted.frac) == (whole.n, whole.nonfinite, whole.max_abs, whole.frac)
+        for k in ("scale", "rms", "max"):
+            assert getattr(parted, k) == pytest.approx(getattr(whole, k), rel=1e-6)
+        assert c.worst_element(out, ref) == worst
+
+
 def test_the_max_statistic_sizes_an_element_by_the_larger_of_its_row_and_the_output():
     ref = torch.tensor([[4.0, 0.0], [0.1, -0.1]])  # output RMS 2.0012; row RMS 2.828 and 0.1
     out = torch.tensor([[4.0, 0.3], [0.3, -0.1]])
