@@ -82,9 +82,10 @@ class ShapeJudge(GpuTiming):
         self.voided: list[str] = []
         self.draws_per_batch = DRAWS_PER_BATCH
         self.device_kernels: list[tuple[str, str | None]] = []  # (device kernel, its launching operator), first runs
-        # where the shape's seconds went, beside judge_shape's totals: waiting for the peer's reports,
+        # where the shape's seconds went, beside judge_shape's totals: waiting for the peer's reports of
+        # its calls, and for its second report of a gated batch (its watch reading what the device ran),
         # drawing the timed calls' inputs, checking the drawn calls, waiting for the device
-        self.spent = dict.fromkeys(("peer", "timed_inputs", "timed_checks", "device"), 0.0)
+        self.spent = dict.fromkeys(("peer", "ran", "timed_inputs", "timed_checks", "device"), 0.0)
 
     # -- setup -------------------------------------------------------------------------------
     def open(self, count: int, sample) -> None:
@@ -190,7 +191,7 @@ class ShapeJudge(GpuTiming):
     def receive_ran(self, batch: int) -> dict:
         """The peer's second report of a gated batch, once the device has run it: what its watch
         saw (failures, the device's kernels first run)."""
-        with self.spending("peer"):
+        with self.spending("ran"):
             got = self.peer.receive(("ran",), RAN_WAIT_S)
         if got is None:
             raise Gone("the peer did not report what ran in its batch")

@@ -107,7 +107,7 @@ def test_a_run_report_for_another_batch_or_naming_kernels_oddly_is_a_protocol_vi
     from ablate.evaluate._shape import Gone
 
     sj = object.__new__(ShapeJudge)
-    sj.device, sj.segments, sj.spent, sj.device_kernels = "cuda", None, {"peer": 0.0}, []
+    sj.device, sj.segments, sj.spent, sj.device_kernels = "cuda", None, {"peer": 0.0, "ran": 0.0}, []
     replies = iter([({"kind": "ran", "batch": 2, "kernels": [["nvjet_tst", "aten::mm"], ["own", None]]}, []),
                     ({"kind": "ran", "batch": 1}, []),
                     ({"kind": "ran", "batch": 3, "kernels": [["k", 7]]}, []),
@@ -115,6 +115,7 @@ def test_a_run_report_for_another_batch_or_naming_kernels_oddly_is_a_protocol_vi
     sj.peer = Peer(lambda *a, **k: None, lambda kinds, limit: next(replies), lambda: True)
     assert sj.receive_ran(2)["batch"] == 2
     assert sj.device_kernels == [("nvjet_tst", "aten::mm"), ("own", None)]
+    assert sj.spent["ran"] > 0 and sj.spent["peer"] == 0  # its wait counted apart from the calls' reports
     with pytest.raises(Gone, match="protocol: a run reported for batch 1, expected 2"):
         sj.receive_ran(2)
     for _ in range(2):
