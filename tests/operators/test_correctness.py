@@ -3,6 +3,7 @@ NaN and Inf, the envelope's floor, slack and ceiling, calibration against librar
 out, contract rules), and per operator family the biased kernels it rejects on the smoke shapes
 and the honest ones (other reduction orders, bf16 P) it accepts (tests/operators/kernels/)."""
 import math
+import types
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,17 @@ def test_a_pass_of_another_size_than_the_row_bound_gives_the_same_statistics(mon
         for k in ("scale", "rms", "max"):
             assert getattr(parted, k) == pytest.approx(getattr(whole, k), rel=1e-6)
         assert c.worst_element(out, ref) == worst
+
+
+def test_a_gpus_pass_is_never_more_than_its_free_memory_holds(monkeypatch):
+    """A device the problem nearly fills gets smaller passes, down to the CPU's, rather than the
+    judge running out of memory: that would reject an honest kernel as `oom`."""
+    on_gpu = types.SimpleNamespace(device=torch.device("cuda", 0))
+    for free, size in ((80 << 30, _error_stats.GPU_CHUNK), (1 << 30, (1 << 30) // _error_stats.PASS_BYTES),
+                       (1 << 20, _error_stats.CHUNK)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 << 30))
+        assert _error_stats._chunk(on_gpu) == size
+    assert _error_stats._chunk(torch.zeros(1)) == _error_stats.CHUNK
 
 
 def test_the_max_statistic_sizes_an_element_by_the_larger_of_its_row_and_the_output():
