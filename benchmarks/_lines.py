@@ -9,13 +9,27 @@ import sys
 from pathlib import Path
 
 
+def code() -> dict:
+    """Which code runs: the checkout's commit, "-dirty" when its tracked files differ from it (a copy
+    whose git lags its files then says so rather than naming a commit that did not run), and where
+    `ablate` is imported from (an installed package need not be the checkout)."""
+    import ablate
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit and git("status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
+    return {"commit": commit, "ablate": str(Path(ablate.__file__).parent)}
+
+
 class Lines:
     def __init__(self, out: Path | None):
         import torch
 
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         self.out, self.rows = out, []
-        self.add({"command": " ".join(sys.argv), "commit": commit, "machine": platform.processor() or platform.machine(),
+        self.add({"command": " ".join(sys.argv), **code(), "machine": platform.processor() or platform.machine(),
                   "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                   "torch": torch.__version__})
 
