@@ -75,10 +75,9 @@ def _wide(*ts: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype in (torch.float64, torch.int64, torch.int32) for t in ts) else torch.float32
 
 
-def _scale(r: torch.Tensor, wide: torch.dtype) -> float:
+def _scale(r: torch.Tensor, wide: torch.dtype, chunk: int) -> float:
     """RMS of the finite elements of a flat reference; 1 when all are zero (errors then absolute)."""
     acc = torch.zeros(2, dtype=torch.float64, device=r.device)
-    chunk = _chunk(r)
     for a in range(0, r.numel(), chunk):
         rc = r[a:a + chunk].to(wide)
         fin = torch.isfinite(rc)
@@ -88,12 +87,11 @@ def _scale(r: torch.Tensor, wide: torch.dtype) -> float:
     return math.sqrt(sq / cnt) if cnt and sq > 0 else 1.0
 
 
-def _rows(ref: Any) -> tuple[int, int]:
-    """(elements per row, elements per pass) of a reference: rows are its last dimension when it
-    has several of them, each no longer than CHUNK (0 otherwise: the output's scale alone), and a
-    pass holds whole rows."""
-    ref = torch.as_tensor(ref)
-    shape, chunk = tuple(ref.shape), _chunk(ref)
+def _rows(ref: Any, chunk: int) -> tuple[int, int]:
+    """(elements per row, elements per pass of about `chunk`) of a reference: rows are its last
+    dimension when it has several of them, each no longer than CHUNK (0 otherwise: the output's
+    scale alone), and a pass holds whole rows."""
+    shape = tuple(torch.as_tensor(ref).shape)
     row = shape[-1] if len(shape) >= 2 and 1 < shape[-1] <= CHUNK and math.prod(shape) > shape[-1] else 0
     return row, (max(chunk // row, 1) * row if row else chunk)
 
@@ -136,9 +134,9 @@ def error_stats(out: Any, ref: Any, tol: float) -> Stats:
     n = r.numel()
     if n == 0:
         return Stats()
-    wide = _wide(o, r)
-    scale = _scale(r, wide)
-    row, step = _rows(ref)
+    wide, chunk = _wide(o, r), _chunk(r)  # one pass size for the whole output
+    scale = _scale(r, wide, chunk)
+    row, step = _rows(ref, chunk)
     scale_t = torch.tensor(scale, dtype=torch.float64, device=r.device)
     tol_t = torch.tensor(tol, dtype=torch.float64, device=r.device)
     part = torch.zeros(5, dtype=torch.float64, device=r.device)  # nonfinite, max_abs, sum q^2, max e, beyond
@@ -156,8 +154,9 @@ def worst_element(out: Any, ref: Any) -> tuple[list[int], float, float]:
     Inf where the reference is finite counts as farthest."""
     of, rf = _flat(out), _flat(ref)
     wide = _wide(of, rf)
-    scale = _scale(rf, wide)
-    row, step = _rows(ref)
+    chunk = _chunk(rf)
+    scale = _scale(rf, wide, chunk)
+    row, step = _rows(ref, chunk)
     best, where = -1.0, 0
     for a in range(0, rf.numel(), step):
         rc = rf[a:a + step].to(wide)
