@@ -202,17 +202,25 @@ class GpuTiming:
             msg = self.receive_called(b, QUEUE_WAIT_S)
             if msg is None:
                 raise _gone("the peer did not report its batch")
+        return (words, queued) if self.judge_batch(b, n, msg, staged, drawn, snap, fails) else None
+
+    def judge_batch(self, b: int, n: int, msg: dict, staged, drawn, snap, fails: dict) -> bool:
+        """A batch the device has run: its reports' failures, and whether its drawn calls are right.
+        They are checked while the peer's watch reads what the device ran (its "ran", received
+        after): the checks read only the judge's own copies, taken on the device after the calls."""
         self.failures_of(msg, fails, "during timing: ")
+        checked = self._check_batch(msg, staged, drawn, snap, n, fails)
         self.failures_of(self.receive_ran(b), fails, "during timing: ")
+        return checked
+
+    def _check_batch(self, msg: dict, staged, drawn, snap, n: int, fails: dict) -> bool:
         if any(c.get("reason") for c in msg["calls"]) or len(msg["calls"]) < n:
             self.check_timed(msg, staged, [], fails)
-            return None
+            return False
         if any(snap[j][0] is None for j in drawn):
             fails.setdefault("protocol_violation", "a timed call's outputs were not described")
-            return None
-        if not self.check_timed(msg, staged, drawn, fails, snap):
-            return None
-        return words, queued
+            return False
+        return self.check_timed(msg, staged, drawn, fails, snap)
 
     def _release(self, b: int) -> None:
         """Set the marker from the host (a stream of its own), so the judge's stream waiting on it

@@ -126,6 +126,33 @@ def test_a_run_report_for_another_batch_or_naming_kernels_oddly_is_a_protocol_vi
         sj.receive_ran(4)
 
 
+def test_a_batchs_drawn_calls_are_checked_before_the_watchs_report_and_that_report_is_always_read():
+    """judge_batch checks the drawn calls while the peer's watch reads what the device ran, then
+    reads that report ("ran") whatever the check found: a batch failed by its check must not leave
+    the report unread (the next batch would read it as its own), nor drop the watch's findings."""
+    sj = object.__new__(ShapeJudge)
+    sj.device, sj.segments, sj.spent, sj.device_kernels = "cuda", None, {"peer": 0.0, "ran": 0.0}, []
+    order = []
+
+    def ran(kinds, limit):
+        order.append("ran")
+        return {"kind": "ran", "batch": 5, "failures": {"library_passthrough": "aten::rms_norm"}}, []
+
+    sj.peer = Peer(lambda *a, **k: None, ran, lambda: True)
+    calls = {"calls": [{"reason": None}] * 3, "failures": {}}
+    for right in (True, False):
+        def check(msg, staged, drawn, fails, snap=None, right=right):
+            order.append("check")
+            if not right:
+                fails.setdefault("stale_output", "timed call 2: wrong")
+            return right
+        sj.check_timed, order[:] = check, []
+        fails = {}
+        assert sj.judge_batch(5, 3, calls, [None] * 3, [2], {2: ([1], [])}, fails) is right
+        assert order == ["check", "ran"]
+        assert "library_passthrough" in fails and ("stale_output" in fails) is not right
+
+
 # -- kernels, judged through the public API (the candidate-side version of each defence beaten) -------
 @pytest.mark.parametrize("name,reasons", [
     # the H200 seal hook: the mode is refused and nothing it computes later reaches the judge
