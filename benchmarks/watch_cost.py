@@ -51,7 +51,7 @@ def main(argv=None) -> int:
             yield
         {e.key for e in p.key_averages()} & {"aten::rms_norm"}
 
-    watch = _watch.OpWatch(("aten::rms_norm",))
+    watch = _watch.OpWatch(("aten::rms_norm",), device=device)  # on a GPU it records the device's kernels too
     readings = {"unwatched": contextlib.nullcontext, "watch": watch.watch, "key_averages": key_averages}
     lines = Lines(a.out)
     for around in readings.values():  # each profiler's first start (about a second) is set-up, not a batch's

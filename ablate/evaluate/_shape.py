@@ -84,8 +84,9 @@ class ShapeJudge(GpuTiming):
         self.device_kernels: list[tuple[str, str | None]] = []  # (device kernel, its launching operator), first runs
         # where the shape's seconds went, beside judge_shape's totals: waiting for the peer's reports of
         # its calls, and for its second report of a gated batch (its watch reading what the device ran),
-        # drawing the timed calls' inputs, checking the drawn calls, waiting for the device
-        self.spent = dict.fromkeys(("peer", "ran", "timed_inputs", "timed_checks", "device"), 0.0)
+        # checking the input sets' outputs, drawing the timed calls' inputs, checking the drawn calls,
+        # waiting for the device
+        self.spent = dict.fromkeys(("peer", "ran", "checks", "timed_inputs", "timed_checks", "device"), 0.0)
 
     # -- setup -------------------------------------------------------------------------------
     def open(self, count: int, sample) -> None:
@@ -273,14 +274,15 @@ class ShapeJudge(GpuTiming):
             if rep.get("fatal"):
                 fails["fatal"] = True
             return None
-        outs = self.outputs(rep)
-        for a, b in zip(slot_views, ins):
-            if isinstance(a, self.torch.Tensor) and not self.torch.equal(a, b):
-                fails.setdefault("input_mutated", "an input changed during the call")
-        if isinstance(outs, dict):
-            fails.update(outs)
-            return None
-        f, j = _correctness.judge_set(self.ev.op, outs, refs, ins, env)
+        with self.spending("checks"):
+            outs = self.outputs(rep)
+            for a, b in zip(slot_views, ins):
+                if isinstance(a, self.torch.Tensor) and not self.torch.equal(a, b):
+                    fails.setdefault("input_mutated", "an input changed during the call")
+            if isinstance(outs, dict):
+                fails.update(outs)
+                return None
+            f, j = _correctness.judge_set(self.ev.op, outs, refs, ins, env)
         fails.update({k2: v for k2, v in f.items() if k2 not in fails})
         return j
 

@@ -153,6 +153,88 @@ def test_a_batchs_drawn_calls_are_checked_before_the_watchs_report_and_that_repo
         assert "library_passthrough" in fails and ("stale_output" in fails) is not right
 
 
+class _QueuingPeer:
+    """A peer as the judge's channel shows it: each gated "call" answered by "called" then "ran", in
+    order; a message of a kind the judge does not ask for is a protocol break (as in _link)."""
+
+    def __init__(self):
+        self.queue, self.log, self.broken = [], [], []
+
+    def send(self, kind, fds=(), **msg):
+        self.log.append(f"call {msg['batch']}")
+        calls = [{"reason": None, "entries": []} for _ in msg["calls"]]
+        self.queue += [{"kind": "called", "batch": msg["batch"], "calls": calls},
+                       {"kind": "ran", "batch": msg["batch"]}]
+
+    def receive(self, kinds, limit):
+        msg = self.queue.pop(0)
+        if msg["kind"] not in kinds:
+            self.broken.append(f"{msg['kind']} {msg['batch']} read as {kinds}")
+        self.log.append(f"{msg['kind']} {msg['batch']}")
+        return msg, []
+
+
+def _timing_judge(monkeypatch, wrong_batch=None):
+    """A ShapeJudge whose device does nothing and whose every batch is clean: what is left is the
+    order of its messages and checks."""
+    from ablate.evaluate import _batches, _cuda
+
+    monkeypatch.setattr(_cuda, "wait_value", lambda *a: None)
+    monkeypatch.setattr(_batches, "batch_verdict", lambda words, n, fill, queued: (0.01 * n, None, 0.0))
+    sj = object.__new__(ShapeJudge)
+    event = SimpleNamespace(record=lambda: None, query=lambda: True)
+    sj.torch = SimpleNamespace(Tensor=torch.Tensor, cuda=SimpleNamespace(synchronize=lambda: None, Event=lambda: event))
+    sj.kernels = SimpleNamespace(stamp=lambda *a: None, witness=lambda *a: None, open=lambda *a: None)
+    sj.words = SimpleNamespace(data_ptr=lambda: 0, cpu=lambda: SimpleNamespace(tolist=lambda: [0] * 40))
+    sj.slots = SimpleNamespace(count=64, gate_ptr=0, marker_ptr=0, place=lambda j, ins, plan: [torch.zeros(1)])
+    sj.device, sj.segments, sj.i, sj.entry_plan, sj.stream = "cuda", None, 0, None, None
+    sj.spent = dict.fromkeys(("peer", "ran", "timed_checks", "device"), 0.0)
+    sj.device_kernels, sj.voided, sj.draws_per_batch = [], [], 2
+    sj.timed_inputs = lambda b, j: ([torch.zeros(1)], "normal")
+    sj.call_msg = lambda ks: [{} for _ in ks]
+    sj.outputs = lambda rep: [torch.zeros(1)]
+    sj.peer = _QueuingPeer()
+    checked = []
+
+    def check(msg, staged, drawn, fails, snap=None):
+        sj.peer.log.append(f"check {msg['batch']}")
+        checked.append(msg["batch"])
+        if msg["batch"] == wrong_batch:
+            fails.setdefault("stale_output", f"batch {wrong_batch}: wrong")
+            return False
+        return True
+    sj.check_timed = check
+    return sj, checked
+
+
+def test_a_batch_is_judged_while_the_peer_queues_the_next_and_every_report_is_read_in_order(monkeypatch):
+    """The drawn calls of batch b are checked after the call for batch b+1 is sent (the peer queues
+    it meanwhile, behind the gate), then its "ran" read, then b+1's "called": the channel's order.
+    The last batch is judged before the time is given; no report is left unread."""
+    sj, checked = _timing_judge(monkeypatch)
+    timing = sj.time_gpu({})
+    assert timing is not None and sj.peer.broken == [] and sj.peer.queue == [] and sj.pending is None
+    b = timing["batches"]
+    assert checked == list(range(1, b + 1))  # every batch, the warm-up too
+    log = sj.peer.log
+    for k in range(2, b + 1):  # b-1 judged between b's call and b's report
+        assert log.index(f"call {k}") < log.index(f"check {k - 1}") < log.index(f"ran {k - 1}") \
+               < log.index(f"called {k}")
+    assert log[-2:] == [f"check {b}", f"ran {b}"]
+
+
+def test_a_batch_whose_check_fails_ends_the_timing_after_the_batch_queued_behind_it(monkeypatch):
+    """A failed check is found while the next batch is queued: that batch still runs (its calls wait
+    behind the gate) and is judged at once, so the timing ends with the failure and every report
+    read, and no batch after it is asked for."""
+    sj, checked = _timing_judge(monkeypatch, wrong_batch=3)
+    fails = {}
+    assert sj.time_gpu(fails) is None
+    assert "stale_output" in fails and checked == [1, 2, 3, 4]
+    assert sj.peer.broken == [] and sj.peer.queue == [] and sj.pending is None
+    assert "call 5" not in sj.peer.log
+
+
 # -- kernels, judged through the public API (the candidate-side version of each defence beaten) -------
 @pytest.mark.parametrize("name,reasons", [
     # the H200 seal hook: the mode is refused and nothing it computes later reaches the judge
