@@ -68,8 +68,8 @@ class GpuTiming:
     # starts from it
     fill_ns: float | None = None
     max_n: int = 1 << 20
-    # a batch the device has run and the judge has not yet judged: (b, n, its report, staged inputs,
-    # drawn calls, their copies); judged while the peer queues the next batch (settle)
+    # a batch the device has run and the judge has not yet judged: (b, n, its report, the drawn calls'
+    # staged inputs, the drawn calls, their copies); judged while the peer queues the next batch (settle)
     pending: tuple | None = None
 
     def time_gpu(self, fails: dict, protocol_ms: float = 0.0) -> dict | None:
@@ -211,7 +211,8 @@ class GpuTiming:
             msg = self.receive_called(b, QUEUE_WAIT_S)
             if msg is None:
                 raise _gone("the peer did not report its batch")
-        self.pending = (b, n, msg, staged, drawn, snap)
+        # only the drawn calls' inputs are kept: the next batch's are drawn while this one waits
+        self.pending = (b, n, msg, [ins if j in drawn else None for j, ins in enumerate(staged)], drawn, snap)
         if not prior_ok or len(msg["calls"]) < n or any(c.get("reason") for c in msg["calls"]):
             # judged now: a batch after one that failed would only be wasted on the kernel (this one
             # ran all the same, its calls were queued, and is judged too, so no report is left unread)

@@ -199,6 +199,8 @@ def _timing_judge(monkeypatch, wrong_batch=None):
     def check(msg, staged, drawn, fails, snap=None):
         sj.peer.log.append(f"check {msg['batch']}")
         checked.append(msg["batch"])
+        # a pending batch keeps the drawn calls' inputs only, not the whole batch's beside the next one's
+        assert len(staged) == len(msg["calls"]) and all((x is None) == (j not in drawn) for j, x in enumerate(staged))
         if msg["batch"] == wrong_batch:
             fails.setdefault("stale_output", f"batch {wrong_batch}: wrong")
             return False
