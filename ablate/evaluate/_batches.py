@@ -68,6 +68,9 @@ class GpuTiming:
     # starts from it
     fill_ns: float | None = None
     max_n: int = 1 << 20
+    # a batch the device has run and the judge has not yet judged: (b, n, its report, the drawn calls'
+    # staged inputs, the drawn calls, their copies); judged while the peer queues the next batch (settle)
+    pending: tuple | None = None
 
     def time_gpu(self, fails: dict, protocol_ms: float = 0.0) -> dict | None:
         """Batches on the judge's clock until BUDGET_MS of calls are timed (see the docstring). The
@@ -97,6 +100,8 @@ class GpuTiming:
             if (len(per_call) >= MIN_BATCHES and timed_ms >= BUDGET_MS) or b >= MAX_BATCHES \
                     or time.monotonic() - start_wall > MAX_WALL_S:
                 break
+        if not self.settle(fails):
+            return None
         if not per_call:
             fails.setdefault("work_outside_window", "no batch of calls could be timed cleanly: "
                                                     + "; ".join(self.voided[:3]))
@@ -126,6 +131,8 @@ class GpuTiming:
                     return None
                 if got[1] is None:
                     windows.append(got[0])
+        if not self.settle(fails):
+            return None
         if not one or not many:
             return None
         w1, wn = median(one), median(many)
@@ -157,6 +164,7 @@ class GpuTiming:
         staged = [self.timed_inputs(b, j) for j in range(n)]
         torch.cuda.synchronize()
         self.peer.send("call", shape=self.i, batch=b, gated=True, check=False, first=b == 1, calls=self.call_msg(range(n)))
+        prior_ok = self.settle(fails)  # the batch before, judged while the peer queues this one
         msg = self.receive_called(b, QUEUE_WAIT_S)
         queued = msg is not None
         drawn = sorted(set(self.draw(n))) if queued else []
@@ -189,6 +197,7 @@ class GpuTiming:
         with self.spending("device"):
             while not done.query():
                 if time.monotonic() > deadline:
+                    self.pending = None
                     self._release(b)
                     fails.setdefault("timeout", f"a batch of {n} calls did not end within {limit:.0f} s")
                     fails["fatal"] = True
@@ -202,12 +211,30 @@ class GpuTiming:
             msg = self.receive_called(b, QUEUE_WAIT_S)
             if msg is None:
                 raise _gone("the peer did not report its batch")
-        return (words, queued) if self.judge_batch(b, n, msg, staged, drawn, snap, fails) else None
+        # only the drawn calls' inputs are kept: the next batch's are drawn while this one waits
+        self.pending = (b, n, msg, [ins if j in drawn else None for j, ins in enumerate(staged)], drawn, snap)
+        if not prior_ok or len(msg["calls"]) < n or any(c.get("reason") for c in msg["calls"]):
+            # judged now: a batch after one that failed would only be wasted on the kernel (this one
+            # ran all the same, its calls were queued, and is judged too, so no report is left unread)
+            return (words, queued) if self.settle(fails) and prior_ok else None
+        return words, queued
+
+    def settle(self, fails: dict) -> bool:
+        """Judge the batch left pending, if any (judge_batch); False when it failed. Run while the
+        peer queues the next batch, its calls held behind the gate, so the checks cost no wall time
+        of their own; the device is idle again before the next batch's stamps."""
+        if self.pending is None:
+            return True
+        pending, self.pending = self.pending, None
+        ok = self.judge_batch(*pending, fails)
+        self.torch.cuda.synchronize()
+        return ok
 
     def judge_batch(self, b: int, n: int, msg: dict, staged, drawn, snap, fails: dict) -> bool:
-        """A batch the device has run: its reports' failures, and whether its drawn calls are right.
-        They are checked while the peer's watch reads what the device ran (its "ran", received
-        after): the checks read only the judge's own copies, taken on the device after the calls."""
+        """A batch the device has run: its reports' failures, and whether its drawn calls are right,
+        then the peer's second report ("ran", what its watch saw), read whatever the check found.
+        The checks read only the judge's own copies, taken on the device right after the calls, so
+        nothing the peer does after the batch reaches them."""
         self.failures_of(msg, fails, "during timing: ")
         checked = self._check_batch(msg, staged, drawn, snap, n, fails)
         self.failures_of(self.receive_ran(b), fails, "during timing: ")

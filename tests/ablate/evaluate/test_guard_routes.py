@@ -422,10 +422,12 @@ PROBE = (f'subprocess.Popen, [sys.executable, "-c", "from ctypes import cdll\\ni
          'cdll.LoadLibrary(chr(120))"]')
 STAYING_PROBE = '''
 import sys
-CALLS = [0]
-''' + STARTED_BY_A_FINALIZER.format(call=PROBE).replace("    return out", '''    CALLS[0] += 1
-    if CALLS[0] == 3:  # the probe-shaped Python started by the first call's finalizer: let it stay
+FINALIZERS, SLEPT = [], []
+''' + STARTED_BY_A_FINALIZER.format(call=PROBE).replace("    weakref.finalize(", "    FINALIZERS.append(weakref.finalize(").replace(
+    "    return out", ''')
+    if not SLEPT and any(not f.alive for f in FINALIZERS):  # a probe-shaped Python started: let it stay
         import time
+        SLEPT.append(1)
         time.sleep(14)
     return out''')
 

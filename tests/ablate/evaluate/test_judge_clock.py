@@ -199,6 +199,8 @@ def _timing_judge(monkeypatch, wrong_batch=None):
     def check(msg, staged, drawn, fails, snap=None):
         sj.peer.log.append(f"check {msg['batch']}")
         checked.append(msg["batch"])
+        # a pending batch keeps the drawn calls' inputs only, not the whole batch's beside the next one's
+        assert len(staged) == len(msg["calls"]) and all((x is None) == (j not in drawn) for j, x in enumerate(staged))
         if msg["batch"] == wrong_batch:
             fails.setdefault("stale_output", f"batch {wrong_batch}: wrong")
             return False
@@ -207,28 +209,32 @@ def _timing_judge(monkeypatch, wrong_batch=None):
     return sj, checked
 
 
-def test_every_batchs_reports_are_read_in_order_and_its_drawn_calls_checked_before_the_next(monkeypatch):
-    """Each batch: its call sent, its "called" read, its drawn calls checked, its "ran" read, then
-    the next batch's call (the channel's order: a report left unread would be read as the next
-    batch's). Every batch is checked, the warm-up too, and nothing is left unread at the end."""
+def test_a_batch_is_judged_while_the_peer_queues_the_next_and_every_report_is_read_in_order(monkeypatch):
+    """The drawn calls of batch b are checked after the call for batch b+1 is sent (the peer queues
+    it meanwhile, behind the gate), then its "ran" read, then b+1's "called": the channel's order.
+    The last batch is judged before the time is given; no report is left unread."""
     sj, checked = _timing_judge(monkeypatch)
     timing = sj.time_gpu({})
-    assert timing is not None and sj.peer.broken == [] and sj.peer.queue == []
+    assert timing is not None and sj.peer.broken == [] and sj.peer.queue == [] and sj.pending is None
     b = timing["batches"]
-    assert checked == list(range(1, b + 1))
-    expected = [f"{what} {k}" for k in range(1, b + 1) for what in ("call", "called", "check", "ran")]
-    assert sj.peer.log == expected
+    assert checked == list(range(1, b + 1))  # every batch, the warm-up too
+    log = sj.peer.log
+    for k in range(2, b + 1):  # b-1 judged between b's call and b's report
+        assert log.index(f"call {k}") < log.index(f"check {k - 1}") < log.index(f"ran {k - 1}") \
+               < log.index(f"called {k}")
+    assert log[-2:] == [f"check {b}", f"ran {b}"]
 
 
-def test_a_batch_whose_check_fails_ends_the_timing_with_its_reports_read(monkeypatch):
-    """A failed check ends the timing at that batch: its watch's report still read (no report left
-    for a later read to take as its own), no batch after it asked for."""
+def test_a_batch_whose_check_fails_ends_the_timing_after_the_batch_queued_behind_it(monkeypatch):
+    """A failed check is found while the next batch is queued: that batch still runs (its calls wait
+    behind the gate) and is judged at once, so the timing ends with the failure and every report
+    read, and no batch after it is asked for."""
     sj, checked = _timing_judge(monkeypatch, wrong_batch=3)
     fails = {}
     assert sj.time_gpu(fails) is None
-    assert "stale_output" in fails and checked == [1, 2, 3]
-    assert sj.peer.broken == [] and sj.peer.queue == [] and sj.peer.log[-1] == "ran 3"
-    assert "call 4" not in sj.peer.log
+    assert "stale_output" in fails and checked == [1, 2, 3, 4]
+    assert sj.peer.broken == [] and sj.peer.queue == [] and sj.pending is None
+    assert "call 5" not in sj.peer.log
 
 
 # -- kernels, judged through the public API (the candidate-side version of each defence beaten) -------
@@ -307,12 +313,14 @@ def test_a_batch_run_as_one_is_caught_on_a_cpu_and_its_call_by_call_twin_is_acce
     """kernels/fused_batch.py runs a batch's calls as one launch decided on the device: on a GPU
     nothing detects it (docs/evaluator.md; `benchmarks/judge_clock.py fusion` measures what it
     gains). On a CPU each output is copied as its call returns, so the calls that launched nothing
-    show their outputs unwritten. Its FUSE = False twin, what the GPU benchmark compares it with,
-    is an honest kernel."""
+    show their outputs unwritten: the input sets, checked a batch of calls at a time, catch it
+    before any timing. Its FUSE = False twin, what the GPU benchmark compares it with, is an honest
+    kernel."""
     from ablate.evaluate import evaluate
 
     r = judged("fused_batch")
-    assert r["verdict"] == "rejected" and r["reasons"] == ["stale_output"], r["details"]
+    assert r["verdict"] == "rejected" and r["reasons"] == ["incorrect"], r["details"]
+    assert "NaN" in r["details"]["incorrect"]  # the unwritten outputs (poisoned), not a wrong sum
     text = (KERNELS / "fused_batch.py").read_text()
     assert "\nFUSE = True\n" in text  # the line the benchmark turns off
     twin = tmp_path / "kernel.py"
@@ -636,6 +644,57 @@ def test_a_cpu_timing_leaves_out_a_first_call_on_the_shape(monkeypatch):
     assert sent == [(1, 1), (2, _shape.CPU_CALLS)]
     assert got["median"] == pytest.approx(1.0) and got["n"] == _shape.CPU_CALLS  # ms a call, the cold one left out
     assert checked == [[(1, 0)], [(2, j) for j in range(_shape.CPU_CALLS)]]  # every call's outputs checked, fresh inputs
+
+
+
+def _checking_judge(monkeypatch, reports):
+    """A ShapeJudge on the CPU whose peer answers one "call" with `reports` (one per call), and whose
+    rule calls a set right when its input is not 2.0: what is left is how a batch of input sets is
+    asked for and judged."""
+    from ablate.evaluate import _shape
+
+    monkeypatch.setattr(_shape._correctness, "reference_outputs", lambda op, ins: ins)
+    monkeypatch.setattr(_shape._correctness, "judge_set", lambda op, outs, refs, ins, env: (
+        ({"incorrect": f"got {ins[0].item()}"}, None) if ins[0].item() == 2.0 else ({}, SimpleNamespace(max_abs=0.0))))
+    sent = []
+    sj = object.__new__(ShapeJudge)
+    sj.device, sj.i, sj.entry_plan, sj.flags, sj.ev = "cpu", 0, None, [], SimpleNamespace(op=None)
+    sj.torch, sj.spent, sj.segments, sj.device_kernels = torch, dict.fromkeys(("references", "peer", "checks"), 0.0), None, []
+    sj.slots = SimpleNamespace(count=8, place=lambda j, ins, plan: list(ins))
+    sj.call_msg = lambda ks: [{"slot": k} for k in ks]
+    sj.peer = Peer(lambda kind, **msg: sent.append(msg),
+                   lambda kinds, limit: ({"kind": "called", "batch": 0, "calls": reports, "failures": {}}, []), lambda: True)
+    sj.outputs = lambda rep: [torch.zeros(1)]
+    return sj, sent
+
+
+def test_input_sets_are_checked_a_batch_of_calls_at_a_time_up_to_the_first_that_fails(monkeypatch):
+    """One "call" message carries the sets, one report answers it; each set is judged on its own
+    outputs and named by its own place, and none after the first failure counts."""
+    ok = {"reason": None, "entries": []}
+    sj, sent = _checking_judge(monkeypatch, [ok, ok, ok, ok])
+    sets = [((torch.tensor([x]),), None) for x in (1.0, 3.0, 2.0, 4.0)]
+    judged = sj.check_sets(sets, first=True)
+    assert [m["calls"] for m in sent] == [[{"slot": k} for k in range(4)]] and sent[0]["check"] and sent[0]["first"]
+    assert [j is not None for j, _ in judged] == [True, True, False]  # the fourth never judged
+    assert judged[2][1] == {"incorrect": "got 2.0"} and judged[0][1] == judged[1][1] == {}
+
+
+def test_a_batch_of_input_sets_reported_short_or_failing_ends_the_checks(monkeypatch):
+    """A call the peer did not report is a protocol violation, not a pass; a call that raised ends
+    the checks with its own reason; the batch's own findings are said once, on its first set."""
+    ok = {"reason": None, "entries": []}
+    sj, _ = _checking_judge(monkeypatch, [ok])
+    sets = [((torch.tensor([x]),), None) for x in (1.0, 3.0)]
+    judged = sj.check_sets(sets, first=False)
+    assert judged[0][0] is not None and judged[1][0] is None and "protocol_violation" in judged[1][1]
+    crash = {"reason": "crash", "message": "boom", "fatal": True, "entries": None}
+    sj, _ = _checking_judge(monkeypatch, [ok, crash])
+    sj.peer = Peer(sj.peer.send, lambda kinds, limit: ({"kind": "called", "batch": 0, "calls": [ok, crash],
+                                                        "failures": {"hook_active": "a mode"}}, []), lambda: True)
+    judged = sj.check_sets(sets, first=False)
+    assert judged[0] == (judged[0][0], {"hook_active": "a mode"}) and judged[0][0] is not None
+    assert judged[1] == (None, {"crash": "boom", "fatal": True})
 
 
 def test_the_witness_is_longer_than_two_time_slices_as_measured():
