@@ -697,6 +697,30 @@ def test_a_batch_of_input_sets_reported_short_or_failing_ends_the_checks(monkeyp
     assert judged[1] == (None, {"crash": "boom", "fatal": True})
 
 
+
+def test_a_kernel_wrong_on_one_call_inside_a_batch_of_input_sets_is_named_by_that_set(tmp_path):
+    """Input sets reach the candidate a batch of calls at a time: a kernel wrong on its fifth call
+    alone (the second batch's second, on a CPU) is rejected for that set, named by its own
+    distribution and draw, not the batch's first."""
+    from ablate.evaluate import evaluate
+    from ablate.evaluate._judge import input_sets
+
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text((KERNELS / "honest_torch.py").read_text() + """
+CALLS = [0]
+_right = kernel
+
+
+def kernel(x, weight):
+    CALLS[0] += 1
+    out = _right(x, weight)
+    return out * 2 if CALLS[0] == 5 else out
+""")
+    r = evaluate("rmsnorm", kernel, shapes="smoke", seed=7)
+    dist, d = input_sets(3)[4]
+    assert r["verdict"] == "rejected" and r["reasons"] == ["incorrect"], r["details"]
+    assert f"{dist} draw {d}:" in r["details"]["incorrect"] and r["shapes"][0]["correct"] is False
+
 def test_the_witness_is_longer_than_two_time_slices_as_measured():
     import json
     from pathlib import Path
