@@ -1,6 +1,6 @@
-"""One shape, judged: its input sets checked a batch of calls at a time, then its time taken by the
-judge's clock, for a candidate and for every library alike (a library runs in a process of the
-same kind, through the same messages: _library).
+"""One shape, judged: its input sets checked one by one, then its time taken by the judge's clock,
+for a candidate and for every library alike (a library runs in a process of the same kind, through
+the same messages: _library).
 
 The peer (the process that calls the kernel) is driven through shared memory (_exchange): the
 judge writes each input set into a slot, asks for a batch of calls ("call"), and reads every
@@ -37,7 +37,6 @@ _SYSTEM_RANDOM = random.SystemRandom()  # os.urandom: nothing the candidate seed
 DRAWS_PER_BATCH = 3  # calls of each batch checked against their own reference: its last, and others at random
 SLOT_MEMORY = 0.3  # of the device's memory: the slots, the judge's staged inputs and the peer's outputs
 CPU_CALLS = 3
-CHECK_GROUP = 16  # input sets checked in one batch of calls (one report, one watch), at most: within the slots
 VOID_SHARE = 0.25  # more of a shape's batches voided than this, on a GPU no other process uses: rejected
 # Timed calls draw N(0,1) only (correctness covers every distribution): a GEMM's speed depends on its
 # data (zero and tiny rows draw less power, so the clocks stay up), and rows of zeros would reward a
@@ -87,8 +86,7 @@ class ShapeJudge(GpuTiming):
         # its calls, and for its second report of a gated batch (its watch reading what the device ran),
         # checking the input sets' outputs, drawing the timed calls' inputs, checking the drawn calls,
         # waiting for the device
-        self.spent = dict.fromkeys(("references", "peer", "ran", "checks", "timed_inputs", "timed_checks", "device"),
-                                   0.0)
+        self.spent = dict.fromkeys(("peer", "ran", "checks", "timed_inputs", "timed_checks", "device"), 0.0)
 
     # -- setup -------------------------------------------------------------------------------
     def open(self, count: int, sample) -> None:
@@ -252,36 +250,21 @@ class ShapeJudge(GpuTiming):
             fails.setdefault(reason if reason in REASONS else "protocol_violation", f"{prefix}{text}")
 
     # -- correctness ---------------------------------------------------------------------------
-    def check_sets(self, sets: list, first: bool) -> list:
-        """Input sets [(inputs, envelope)] on slots 0, 1, ..., one ungated batch of calls (one
-        report and one watch for them all). Returns [(the rule's judgement or None, {reason:
-        text})] for the sets judged, in order, up to the first that failed ("fatal" in its dict when
-        nothing more can run). A set's float64 references are computed when it is judged, so one
-        set's are held at a time."""
-        views = [self.slots.place(j, ins, self.entry_plan) for j, (ins, _) in enumerate(sets)]
+    def check_set(self, k: int, ins, refs, env, fails: dict, first: bool):
+        """Input set k on slot 0: one call, its outputs judged. Returns the rule's judgement, or
+        None with fails filled (and "fatal" there when nothing more can run)."""
+        slot_views = self.slots.place(0, ins, self.entry_plan)
         if self.device == "cuda":
             self.torch.cuda.synchronize()
-        self.peer.send("call", shape=self.i, batch=0, gated=False, check=True, first=first,
-                       calls=self.call_msg(range(len(sets))))
+        self.peer.send("call", shape=self.i, batch=0, gated=False, check=True, first=first, calls=self.call_msg([0]))
         msg = self.receive_called(0)
-        batch_fails: dict = {}
-        self.failures_of(msg, batch_fails, "")
+        self.failures_of(msg, fails, "")
         if msg.get("copied"):
             self.flags.append("outputs_copied")
         if not msg["calls"]:
-            batch_fails.setdefault("protocol_violation", f"a batch of {len(sets)} calls reported no call")
-            return [(None, batch_fails)]
-        judged = []
-        for j, ((ins, env), rep) in enumerate(zip(sets, msg["calls"])):
-            fails = dict(batch_fails) if j == 0 else {}  # the batch's own findings, said once
-            judged.append((self._judge_set(rep, views[j], ins, env, fails), fails))
-            if judged[-1][0] is None:
-                break
-        if len(judged) < len(sets) and judged[-1][0] is not None:
-            judged.append((None, {"protocol_violation": f"{len(msg['calls'])} calls reported for {len(sets)}"}))
-        return judged
-
-    def _judge_set(self, rep: dict, slot_views, ins, env, fails: dict):
+            fails.setdefault("protocol_violation", "a batch of one call reported no call")
+            return None
+        rep = msg["calls"][0]
         self.failures_of(rep, fails, "")
         if rep.get("threads"):
             self.flags.append("threads_left_running")
@@ -291,8 +274,6 @@ class ShapeJudge(GpuTiming):
             if rep.get("fatal"):
                 fails["fatal"] = True
             return None
-        with self.spending("references"):
-            refs = _correctness.reference_outputs(self.ev.op, ins)
         with self.spending("checks"):
             outs = self.outputs(rep)
             for a, b in zip(slot_views, ins):
@@ -407,7 +388,7 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
 
     plan = ev.plans[i]
     row, fails, ran = ev.row(shape, base), {}, set()
-    seconds = {"checking": 0.0}
+    seconds = {"references": 0.0, "checking": 0.0}
     worst, closest, closest_dist, checked = 0.0, None, None, 0
     sets = plan["sets"]
     sj = ShapeJudge(ev, i, shape, ev.candidate_peer())
@@ -416,30 +397,28 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
         count = batch_calls(ev, shape, 1 << 20) if ev.cfg["timing"] else 1
         sj.open(count, sample)
         del sample
-        per = max(1, min(sj.slots.count, CHECK_GROUP))
-        for first in range(0, len(sets), per):
-            with sj.spending("references"):
-                group = [(ev.input_set(shape, k, references=False)[0], plan["envelopes"][sets[k][0]])
-                         for k in range(first, min(first + per, len(sets)))]
+        for k in range(len(sets)):
             t0 = time.perf_counter()
-            judged = sj.check_sets(group, first=first == 0)
+            ins, refs, _ = ev.input_set(shape, k)
+            seconds["references"] += time.perf_counter() - t0
+            dist, d = sets[k]
+            t0 = time.perf_counter()
+            got: dict = {}
+            j = sj.check_set(k, ins, refs, plan["envelopes"][dist], got, first=k == 0)
             seconds["checking"] += time.perf_counter() - t0
-            del group
-            for (dist, d), (j, got) in zip(sets[first:], judged):
-                fatal = got.pop("fatal", False)
-                for reason, text in got.items():
-                    fails.setdefault(reason, f"{dist} draw {d}: {text}")
-                if fatal:
-                    row["fatal"] = True
-                if j is None:
-                    break
-                err = j.max_abs
-                worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
-                if closest is None or not j.margin <= closest.margin:
-                    closest, closest_dist = j, dist
-                checked += 1
-            if checked < min(first + per, len(sets)):
+            fatal = got.pop("fatal", False)
+            for reason, text in got.items():
+                fails.setdefault(reason, f"{dist} draw {d}: {text}")
+            if fatal:
+                row["fatal"] = True
+            if j is None:
                 break
+            err = j.max_abs
+            worst = err if math.isnan(err) or math.isnan(worst) else max(worst, err)
+            if closest is None or not j.margin <= closest.margin:
+                closest, closest_dist = j, dist
+            checked += 1
+            del ins, refs
         complete = checked == len(sets)
         if complete:
             ran |= set(PER_SHAPE)
