@@ -424,8 +424,7 @@ STAYING_PROBE = '''
 import sys
 FINALIZERS, SLEPT = [], []
 ''' + STARTED_BY_A_FINALIZER.format(call=PROBE).replace("    weakref.finalize(", "    FINALIZERS.append(weakref.finalize(").replace(
-    "    return out", ''')
-    if not SLEPT and any(not f.alive for f in FINALIZERS):  # a probe-shaped Python started: let it stay
+    "  # runs when", ")  # runs when").replace("    return out", '''    if not SLEPT and any(not f.alive for f in FINALIZERS):  # a probe-shaped Python started: let it stay
         import time
         SLEPT.append(1)
         time.sleep(14)

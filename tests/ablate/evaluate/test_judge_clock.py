@@ -644,7 +644,6 @@ def test_a_cpu_timing_leaves_out_a_first_call_on_the_shape(monkeypatch):
     assert checked == [[(1, 0)], [(2, j) for j in range(_shape.CPU_CALLS)]]  # every call's outputs checked, fresh inputs
 
 
-
 def test_a_kernel_wrong_on_one_input_set_alone_is_named_by_that_set(tmp_path):
     """A kernel wrong on its fifth call alone is rejected for the fifth input set, named by its own
     distribution and draw."""
@@ -666,6 +665,7 @@ def kernel(x, weight):
     dist, d = input_sets(3)[4]
     assert r["verdict"] == "rejected" and r["reasons"] == ["incorrect"], r["details"]
     assert f"{dist} draw {d}:" in r["details"]["incorrect"] and r["shapes"][0]["correct"] is False
+
 
 def test_the_witness_is_longer_than_two_time_slices_as_measured():
     import json
