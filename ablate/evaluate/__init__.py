@@ -57,8 +57,9 @@ seed, evaluator_version, sandbox ("bwrap" | "none", with sandbox_note when uncon
 pass|fail|skip}, static_flags, flags, shapes [{shape, shape_id, correct, max_abs_error, error,
 time_ms {median, p10, p90, n, batches, voided, calls_per_batch, protocol_ms}, wall_ms, baselines_ms, baselines_skipped,
 baselines_noisy, baselines_contended, best_baseline, speedup_vs_best, sol_fraction, floor_ms, flags, voided_batches,
-contention, seconds {references, checking, timing; and within them peer (waiting for the
-candidate's reports of its calls), ran (for its reports of what the device ran in a timed batch, on a GPU),
+contention, seconds {references, checking, timing; and within them placing (the input sets into
+their slots, the judge's device work done), peer (waiting for the candidate's reports of its calls;
+peer_checking: its share within checking), ran (for its reports of what the device ran in a timed batch, on a GPU),
 checks (the input sets' outputs judged), timed_inputs, timed_checks, device (waiting for a batch on
 the GPU)}}], geomean_speedup (accepted submissions only), draws, seconds,
 phase_seconds (judge_ready: the judge's setup, split into judge_ceilings, judge_envelopes and judge_baselines;

@@ -82,11 +82,11 @@ class ShapeJudge(GpuTiming):
         self.voided: list[str] = []
         self.draws_per_batch = DRAWS_PER_BATCH
         self.device_kernels: list[tuple[str, str | None]] = []  # (device kernel, its launching operator), first runs
-        # where the shape's seconds went, beside judge_shape's totals: waiting for the peer's reports of
-        # its calls, and for its second report of a gated batch (its watch reading what the device ran),
-        # checking the input sets' outputs, drawing the timed calls' inputs, checking the drawn calls,
-        # waiting for the device
-        self.spent = dict.fromkeys(("peer", "ran", "checks", "timed_inputs", "timed_checks", "device"), 0.0)
+        # where the shape's seconds went, beside judge_shape's totals: placing the input sets, waiting
+        # for the peer's reports of its calls, and for its second report of a gated batch (its watch
+        # reading what the device ran), checking the input sets' outputs, drawing the timed calls'
+        # inputs, checking the drawn calls, waiting for the device
+        self.spent = dict.fromkeys(("placing", "peer", "ran", "checks", "timed_inputs", "timed_checks", "device"), 0.0)
 
     # -- setup -------------------------------------------------------------------------------
     def open(self, count: int, sample) -> None:
@@ -253,9 +253,10 @@ class ShapeJudge(GpuTiming):
     def check_set(self, k: int, ins, refs, env, fails: dict, first: bool):
         """Input set k on slot 0: one call, its outputs judged. Returns the rule's judgement, or
         None with fails filled (and "fatal" there when nothing more can run)."""
-        slot_views = self.slots.place(0, ins, self.entry_plan)
-        if self.device == "cuda":
-            self.torch.cuda.synchronize()
+        with self.spending("placing"):  # and the judge's own work on the device (inputs, references) done
+            slot_views = self.slots.place(0, ins, self.entry_plan)
+            if self.device == "cuda":
+                self.torch.cuda.synchronize()
         self.peer.send("call", shape=self.i, batch=0, gated=False, check=True, first=first, calls=self.call_msg([0]))
         msg = self.receive_called(0)
         self.failures_of(msg, fails, "")
@@ -388,7 +389,7 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
 
     plan = ev.plans[i]
     row, fails, ran = ev.row(shape, base), {}, set()
-    seconds = {"references": 0.0, "checking": 0.0}
+    seconds = {"references": 0.0, "checking": 0.0, "peer_checking": 0.0}
     worst, closest, closest_dist, checked = 0.0, None, None, 0
     sets = plan["sets"]
     sj = ShapeJudge(ev, i, shape, ev.candidate_peer())
@@ -406,6 +407,7 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
             got: dict = {}
             j = sj.check_set(k, ins, refs, plan["envelopes"][dist], got, first=k == 0)
             seconds["checking"] += time.perf_counter() - t0
+            seconds["peer_checking"] = sj.spent["peer"]  # the peer's share of checking; the rest of peer is timing's
             fatal = got.pop("fatal", False)
             for reason, text in got.items():
                 fails.setdefault(reason, f"{dist} draw {d}: {text}")
