@@ -317,6 +317,10 @@ def test_the_load_probe_is_told_apart_by_its_command_line(tmp_path):
     sneaky = probe + "\nimport os.path"
     procs = [subprocess.Popen([sys.executable, "-c", c], stderr=subprocess.DEVNULL) for c in (probe, other, sneaky)]
     try:
+        for p in procs:  # on busy cores a child may not have exec'd yet: its command line is still ours
+            deadline = time.monotonic() + 30
+            while b"\0-c\0" not in Path(f"/proc/{p.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+                time.sleep(0.01)
         assert [_load_probe(p.pid) for p in procs] == [True, False, False]
     finally:
         for p in procs:
