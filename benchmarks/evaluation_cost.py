@@ -8,7 +8,11 @@ Evaluates one kernel --repeats times in one process, --pause seconds apart (an a
 between evaluations, so the candidate process started ahead is ready by the next), and prints one
 JSON line per evaluation: its wall seconds, `phase_seconds`, and each shape's `seconds`, judged time
 (`time_ms`) and library times (`baselines_ms`). The first is cold (the judge and its library
-process start). --out writes the lines and the machine to FILE.
+process start). --cold also empties every cache for it (ablate's ceilings, envelopes and library
+times, Inductor's and Triton's compiled kernels: a fresh temporary folder each), so its
+`phase_seconds` (`judge_ceilings`, `judge_envelopes`, `judge_baselines`) are an operator's cold
+setup. The judge's progress lines, timestamped, go to stderr. --out writes the lines and the
+machine to FILE.
 """
 from __future__ import annotations
 
@@ -27,8 +31,16 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default="smoke")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--pause", type=float, default=0.0)
+    p.add_argument("--cold", action="store_true", help="every cache empty (a fresh machine's first evaluation)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+    if a.cold:  # before anything reads them: the judge and its library process inherit these
+        import os
+        import tempfile
+
+        fresh = Path(tempfile.mkdtemp(prefix="ablate-cold-"))
+        for var in ("ABLATE_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            os.environ[var] = str(fresh / var.lower())
     import torch
 
     from ablate.evaluate import evaluate
@@ -38,7 +50,9 @@ def main(argv=None) -> int:
         if i and a.pause:
             time.sleep(a.pause)
         t0 = time.perf_counter()
-        r = evaluate(a.operator, a.kernel, shapes=a.shapes, seed=i)
+        r = evaluate(a.operator, a.kernel, shapes=a.shapes, seed=i,
+                     progress=lambda m, t0=t0: print(f"[{time.perf_counter() - t0:7.1f} s] {m}", file=sys.stderr,
+                                                     flush=True))
         row = {"evaluation": i, "verdict": r["verdict"], "wall_s": round(time.perf_counter() - t0, 3),
                "phase_seconds": r.get("phase_seconds"), "shapes": [s.get("seconds") for s in r["shapes"]],
                "time_ms": [(s.get("time_ms") or {}).get("median") for s in r["shapes"]],

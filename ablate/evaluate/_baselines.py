@@ -85,6 +85,9 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
             if ev.device == "cuda":  # minutes on a cold cache (torch.compile); cached after
                 ev.note(f"{shape_id(shape)}: timing baseline {name} (once per GPU and versions, then cached)")
             entry = measure(ev, shape, name)
+            if ev.device == "cuda":  # where a cold setup goes, library by library
+                ev.note(f"{shape_id(shape)}: timed baseline {name} in {entry['seconds']:.1f} s "
+                        f"({len(entry.get('runs') or ())} runs)")
             if ev.device == "cuda" and not entry.get("contended"):  # a shared GPU's time is used once, not kept
                 _cache.put("baselines", keys[name], entry)
         if entry.get("error"):
@@ -241,17 +244,20 @@ def measure(ev, shape: dict, name: str, timer=None, probe=None) -> dict:
     median ms, probe() -> why the GPU is shared or None (tests stand in for both)."""
     from ablate.evaluate import _gpu
 
+    import time
+
     kernels: set = set()
+    t0 = time.perf_counter()
     try:
         timer = timer or (lambda: time_library(ev, shape, name, kernels))
         probe = probe or (lambda: _gpu.contention(ev.ceilings))
         before = probe() if ev.device == "cuda" else None
         runs = [timer()]
         if ev.device != "cuda":  # the interpreter's clock is labelled, not compared: one run
-            return {"ms": runs[0], "runs": runs}
+            return {"ms": runs[0], "runs": runs, "seconds": time.perf_counter() - t0}
         while (ms := settled(runs)) is None:
             runs.append(timer())
-        out = {"ms": ms, "runs": runs, "kernels": sorted(kernels)}
+        out = {"ms": ms, "runs": runs, "kernels": sorted(kernels), "seconds": time.perf_counter() - t0}
         if not _agreeing(runs):
             out["noisy"] = True  # no two runs agreed: said in the row, this library's time may be off
         if why := probe() or before:
@@ -259,4 +265,4 @@ def measure(ev, shape: dict, name: str, timer=None, probe=None) -> dict:
         return out
     except Exception as e:  # a broken library is reported, not fatal
         discard_library(ev.device)  # and the process it broke in is not used again
-        return {"error": f"raised {type(e).__name__}: {str(e)[:300]}"}
+        return {"error": f"raised {type(e).__name__}: {str(e)[:300]}", "seconds": time.perf_counter() - t0}

@@ -28,8 +28,10 @@ def output_bytes(exp) -> int:
     return sum(math.prod(shape) * getattr(torch, dtype).itemsize for shape, dtype in exp if shape is not None)
 
 
-def calibration(ev, shape: dict, dist: str, ins, refs) -> dict:
-    """{"envelope", "verdicts", "reference"} of one shape and distribution (cached)."""
+def calibration(ev, shape: dict, dist: str, draw) -> dict:
+    """{"envelope", "verdicts", "reference"} of one shape and distribution (cached). draw() ->
+    (inputs, float64 references) of the distribution's first set: drawn only when not cached (a
+    judge's first evaluation otherwise spent seconds on inputs and references it never used)."""
     from ablate.evaluate import _cache
     from ablate.operators import shape_id
 
@@ -42,7 +44,9 @@ def calibration(ev, shape: dict, dist: str, ins, refs) -> dict:
         if impls and ev.device == "cuda":
             ev.note(f"{shape_id(shape)} {dist}: calibrating the correctness envelope on {len(impls)} libraries "
                     "(once per GPU and versions, then cached)")
+        ins, refs = draw()
         cal = rule.calibrate(ev.op, tuple(ins), list(refs), impls, dtype=shape.get("dtype"))
+        del ins, refs
         found = {"envelope": cal.envelope.as_dict(), "verdicts": {k: v.as_dict() for k, v in cal.verdicts.items()},
                  "reference": [s.as_dict() for s in cal.reference], "seconds": cal.seconds}
         _cache.put("envelopes", key, found)

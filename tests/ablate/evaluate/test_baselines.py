@@ -35,7 +35,20 @@ def test_runs_that_never_agree_are_flagged_noisy():
 
 
 def test_on_a_cpu_one_run_is_enough():  # the interpreter's clock is labelled, never compared
-    assert _measure([3.0, 9.0], device="cpu") == {"ms": 3.0, "runs": [3.0]}
+    out = _measure([3.0, 9.0], device="cpu")
+    assert out["ms"] == 3.0 and out["runs"] == [3.0]
+
+
+def test_an_entry_says_how_long_its_runs_took():  # where a cold setup goes, library by library
+    import time
+
+    def run():
+        time.sleep(0.05)
+        return 1.0
+
+    ev = SimpleNamespace(device="cuda", cfg={}, ceilings=None)
+    out = measure(ev, {"M": 1}, "lib", timer=run, probe=lambda: None)
+    assert out["runs"] == [1.0, 1.0] and out["seconds"] >= 0.1
 
 
 def test_a_library_that_raises_is_reported_not_fatal():
@@ -96,8 +109,9 @@ def test_a_time_taken_on_a_shared_gpu_is_used_once_and_not_cached(tmp_path, monk
     from ablate.evaluate import _baselines
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
-    times = iter([{"ms": 1.3, "runs": [1.3, 1.3], "contended": "shared"}, {"ms": 1.0, "runs": [1.0, 1.0]},
-                  {"ms": 1.0, "runs": [1.0, 1.0]}])
+    times = iter([{"ms": 1.3, "runs": [1.3, 1.3], "contended": "shared", "seconds": 0.1},
+                  {"ms": 1.0, "runs": [1.0, 1.0], "seconds": 0.1},
+                  {"ms": 1.0, "runs": [1.0, 1.0], "seconds": 0.1}])
     monkeypatch.setattr(_baselines, "measure", lambda ev, shape, name: next(times))
     lib = SimpleNamespace(needs_cuda=False, unavailable=lambda: None)
     ev = _cuda_judge({"lib": lib})
@@ -147,7 +161,7 @@ def test_baselines_timed_beside_ceilings_measured_again_are_timed_again(tmp_path
     from ablate.evaluate import _baselines
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
-    times = iter([{"ms": 1.3, "runs": [1.3, 1.3]}, {"ms": 1.0, "runs": [1.0, 1.0]}])
+    times = iter([{"ms": 1.3, "runs": [1.3, 1.3], "seconds": 0.1}, {"ms": 1.0, "runs": [1.0, 1.0], "seconds": 0.1}])
     monkeypatch.setattr(_baselines, "measure", lambda ev, shape, name: next(times))
     lib = SimpleNamespace(needs_cuda=False, unavailable=lambda: None)
     shape = {"M": 2, "dtype": "float32"}

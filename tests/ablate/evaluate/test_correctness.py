@@ -52,3 +52,25 @@ def test_the_widening_is_computed_only_when_the_calibrated_envelope_fails(case, 
     assert widened == [1]
     assert "incorrect" in _correctness.judge_own_input(op, _outputs(op, ins, 0.05), refs, ins, env)
     assert torch.is_tensor(refs[0])
+
+
+def test_a_cached_envelope_draws_no_inputs(tmp_path, monkeypatch):
+    """A judge's first evaluation spent seconds drawing inputs and float64 references for envelopes
+    it then read from the cache: they are drawn only when the envelope is calibrated."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    op = operators.get("rmsnorm")
+    ev = SimpleNamespace(op=op, device="cpu", info={"name": "cpu", "driver": ""}, libs={}, op_hash="h",
+                         note=lambda m: None)
+    drawn = []
+
+    def draw():
+        drawn.append(1)
+        ins = op.make_inputs(SHAPE, 1, "cpu", "normal")
+        return ins, list(_correctness.reference_outputs(op, ins))
+
+    first = _correctness.calibration(ev, SHAPE, "normal", draw)
+    assert drawn == [1] and set(first["verdicts"]) == {n for n, b in op.baselines.items() if not b.needs_cuda}
+    again = _correctness.calibration(ev, SHAPE, "normal", draw)
+    assert drawn == [1] and again["envelope"] == first["envelope"]
