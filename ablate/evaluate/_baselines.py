@@ -36,6 +36,13 @@ def ceilings(info: dict, note, measure, rate=None) -> dict:
     return found
 
 
+def availability(op, device: str) -> dict[str, str | None]:
+    """{library: why it cannot run here, or None}, asked once an evaluation: an optional library's
+    check imports it, seconds for some, and the envelopes and the library times both need it."""
+    return {name: "needs CUDA" if b.needs_cuda and device != "cuda" else b.unavailable()
+            for name, b in op.baselines.items()}
+
+
 def operator_hash(op, node: dict | None) -> str:
     """Identifies the operator's definition (its folder's code, its task files, how it was
     loaded): part of the baseline cache key, so an edited operator is measured again."""
@@ -66,9 +73,7 @@ def for_shape(ev, shape: dict, verdicts: dict[str, dict]) -> dict:
 
     ms, skipped, todo, noisy, contended, kernels = {}, {}, [], [], {}, {}
     for name, b in ev.op.baselines.items():
-        if b.needs_cuda and ev.device != "cuda":
-            skipped[name] = "needs CUDA"
-        elif (why := b.unavailable()) is not None:
+        if (why := ev.unavailable[name]) is not None:
             skipped[name] = why
         elif (why := _not_passing(name, verdicts)) is not None:
             skipped[name] = why

@@ -35,8 +35,7 @@ def calibration(ev, shape: dict, dist: str, draw) -> dict:
     from ablate.evaluate import _cache
     from ablate.operators import shape_id
 
-    impls = {name: b.fn for name, b in ev.op.baselines.items()
-             if not (b.needs_cuda and ev.device != "cuda") and b.unavailable() is None}
+    impls = {name: b.fn for name, b in ev.op.baselines.items() if ev.unavailable[name] is None}
     key = "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
                     ev.op_hash, shape_id(shape), dist, ",".join(sorted(impls)), f"envelope-v{rule.EDITION}"])
     found = _cache.get("envelopes", key)

@@ -135,6 +135,9 @@ class Evaluation(CandidateLink):
             self.mode = "cpu-interpreted"
         else:
             self.mode = "judge-clock"
+        t0 = time.perf_counter()
+        self.unavailable = _baselines.availability(self.op, self.device)
+        self.setup_s["libraries"] = time.perf_counter() - t0
         self.ceilings = None
         t0 = time.perf_counter()
         if self.device == "cuda" and cfg["timing"]:

@@ -38,9 +38,11 @@ def test_honest_triton_kernel_is_accepted_with_the_full_contract(judged):
         assert 0 < sec["timed_inputs"] + sec["timed_checks"] <= sec["timing"] + 0.001 and sec["device"] == 0
     assert r["geomean_speedup"] > 0 and r["seconds"] > 0
     ph = r["phase_seconds"]  # the judge's setup, and where it went
-    assert {"judge_ceilings", "judge_envelopes", "judge_baselines"} <= set(ph) and ph["judge_baselines"] > 0
+    assert {"judge_libraries", "judge_ceilings", "judge_envelopes", "judge_baselines"} <= set(ph)
+    assert ph["judge_baselines"] > 0
     # the parts lie inside the whole (its clock starts before the request is sent); each is rounded to 1 ms
-    assert ph["judge_ceilings"] + ph["judge_envelopes"] + ph["judge_baselines"] <= ph["judge_ready"] + 0.002
+    assert ph["judge_libraries"] + ph["judge_ceilings"] + ph["judge_envelopes"] + ph["judge_baselines"] \
+        <= ph["judge_ready"] + 0.003
 
 
 def test_same_seed_same_inputs_fresh_seed_otherwise(judged):

@@ -101,6 +101,7 @@ def test_a_load_that_ends_before_the_runs_end_is_seen_by_the_probe_before_them()
 
 def _cuda_judge(baselines, ceilings=None):
     return SimpleNamespace(device="cuda", op=SimpleNamespace(name="op", baselines=baselines), note=lambda m: None,
+                           unavailable={name: b.unavailable() for name, b in baselines.items()},
                            info={"name": "GPU", "driver": "1"}, libs={}, op_hash="h", mode="judge-clock",
                            ceilings=ceilings, input_set=lambda shape, k, references=True: ((torch.ones(2),), None, None))
 

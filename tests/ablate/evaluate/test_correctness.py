@@ -59,10 +59,12 @@ def test_a_cached_envelope_draws_no_inputs(tmp_path, monkeypatch):
     it then read from the cache: they are drawn only when the envelope is calibrated."""
     from types import SimpleNamespace
 
+    from ablate.evaluate import _baselines
+
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
     op = operators.get("rmsnorm")
     ev = SimpleNamespace(op=op, device="cpu", info={"name": "cpu", "driver": ""}, libs={}, op_hash="h",
-                         note=lambda m: None)
+                         note=lambda m: None, unavailable=_baselines.availability(op, "cpu"))
     drawn = []
 
     def draw():
@@ -71,6 +73,6 @@ def test_a_cached_envelope_draws_no_inputs(tmp_path, monkeypatch):
         return ins, list(_correctness.reference_outputs(op, ins))
 
     first = _correctness.calibration(ev, SHAPE, "normal", draw)
-    assert drawn == [1] and set(first["verdicts"]) == {n for n, b in op.baselines.items() if not b.needs_cuda}
+    assert drawn == [1] and set(first["verdicts"]) == {n for n, why in ev.unavailable.items() if why is None}
     again = _correctness.calibration(ev, SHAPE, "normal", draw)
     assert drawn == [1] and again["envelope"] == first["envelope"]
