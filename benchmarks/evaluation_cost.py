@@ -10,8 +10,8 @@ JSON line per evaluation: its wall seconds, `phase_seconds`, and each shape's `s
 (`time_ms`) and library times (`baselines_ms`). The first is cold (the judge and its library
 process start). --cold also empties every cache for it (ablate's ceilings, envelopes and library
 times, Inductor's and Triton's compiled kernels: a fresh temporary folder each), so its
-`phase_seconds` (`judge_ceilings`, `judge_envelopes`, `judge_baselines`) are an operator's cold
-setup. The judge's progress lines, timestamped, go to stderr. --out writes the lines and the
+`phase_seconds` (`judge_libraries`, `judge_ceilings`, `judge_envelopes`, `judge_baselines`) are
+an operator's cold setup. The judge's progress lines, timestamped, go to stderr. --out writes the lines and the
 machine to FILE.
 """
 from __future__ import annotations

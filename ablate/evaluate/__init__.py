@@ -62,8 +62,9 @@ their slots, the judge's device work done), peer (waiting for the candidate's re
 peer_checking: its share within checking), ran (for its reports of what the device ran in a timed batch, on a GPU),
 checks (the input sets' outputs judged), timed_inputs, timed_checks, device (waiting for a batch on
 the GPU)}}], geomean_speedup (accepted submissions only), draws, seconds,
-phase_seconds (judge_ready: the judge's setup, split into judge_libraries (which libraries can run here),
-judge_ceilings, judge_envelopes and judge_baselines; candidate; judge_result; candidate_start). The reason codes and what each means: REASONS (_reasons.py).
+phase_seconds (judge_ready: the judge's setup, split into judge_libraries (which libraries can run
+here), judge_ceilings, judge_envelopes and judge_baselines; candidate; judge_result;
+candidate_start). The reason codes and what each means: REASONS (_reasons.py).
 
 Environment: ABLATE_CACHE_DIR (default ~/.cache/ablate), ABLATE_EVAL_SANDBOX=none (candidates
 unconfined: recorded in the result and warned on stderr), ABLATE_EVAL_SPARE=0 (no candidate

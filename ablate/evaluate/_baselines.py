@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 from ablate.evaluate import _cache
@@ -248,8 +249,6 @@ def measure(ev, shape: dict, name: str, timer=None, probe=None) -> dict:
     after them (a load must then start and stop between two probes to go unseen). timer() ->
     median ms, probe() -> why the GPU is shared or None (tests stand in for both)."""
     from ablate.evaluate import _gpu
-
-    import time
 
     kernels: set = set()
     t0 = time.perf_counter()
