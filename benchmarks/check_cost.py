@@ -2,18 +2,21 @@
 does to it: the fresh inputs, the float64 reference, and the rule's error statistics.
 
     python -m benchmarks.check_cost --operators rmsnorm softmax --shapes eval \
-        [--chunks 4194304 67108864] [--compiled] [--repeats 5] [--out FILE]
+        [--chunks 4194304 67108864] [--compiled] [--fused] [--repeats 5] [--out FILE]
 
 After each timed batch the judge checks three of its calls against a reference of their own
 inputs (ablate/evaluate/_shape.py, `timed_checks`). On the largest memory-bound shapes that, not
 the timing, is what a shape's evaluation costs. Prints one JSON line per operator, shape and
 chunk size: the median seconds of each part over --repeats, with the device synchronised around
 each, and how far each chunk size's statistics are from the first's (summation order only: the
-chunk bounds memory). --out writes the lines and the machine to FILE.
+chunk bounds memory). --compiled and --fused add the error pass under torch.compile and as two
+Triton kernels (benchmarks/fused_stats.py; on a CPU under TRITON_INTERPRET=1), each line saying
+which (`pass`). --out writes the lines and the machine to FILE.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -52,6 +55,8 @@ def main(argv=None) -> int:
     p.add_argument("--chunks", nargs="+", type=_positive, default=None, help="elements per pass (default: this device's, GPU_CHUNK or CHUNK)")
     p.add_argument("--compiled", action="store_true",
                    help="each chunk size also with the error pass under torch.compile (its first call timed apart)")
+    p.add_argument("--fused", action="store_true",
+                   help="each chunk size also with the error pass as two Triton kernels (benchmarks/fused_stats.py)")
     p.add_argument("--repeats", type=_positive, default=5)
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
@@ -67,8 +72,15 @@ def main(argv=None) -> int:
     except AblateError as e:
         p.error(str(e))
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    passes = {False: _error_stats.chunk_stats,
-              True: torch.compile(_error_stats.chunk_stats, dynamic=True) if a.compiled else None}
+    if a.fused and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        p.error("--fused on a CPU runs Triton's interpreter: set TRITON_INTERPRET=1")
+    passes = {"eager": _error_stats.chunk_stats}
+    if a.compiled:
+        passes["compiled"] = torch.compile(_error_stats.chunk_stats, dynamic=True)
+    if a.fused:
+        from benchmarks import fused_stats
+
+        passes["fused"] = fused_stats.chunk_stats
     knob = "CHUNK" if device == "cpu" else "GPU_CHUNK"  # the pass size on this device
     kept = getattr(_error_stats, knob), _error_stats.PASS
     chunks = a.chunks or [kept[0]]
@@ -83,9 +95,9 @@ def main(argv=None) -> int:
                 outs = [t.to(o.dtype) if isinstance(t, torch.Tensor) else t
                         for t, o in zip(refs, rule.as_outputs(op.reference(*ins)))]  # a kernel's outputs, stand-in
                 seen = None
-                for chunk, compiled in [(c, k) for c in chunks for k in ((False, True) if a.compiled else (False,))]:
+                for chunk, kind in [(c, k) for c in chunks for k in passes]:
                     setattr(_error_stats, knob, chunk)
-                    _error_stats.PASS = passes[compiled]
+                    _error_stats.PASS = passes[kind]
                     parts: dict[str, list[float]] = {"inputs": [], "reference": [], "error_stats": []}
                     first = _timed(torch, lambda: rule.judge_output(outs, refs, env, tuple(ins)))[1]
                     for _ in range(a.repeats):
@@ -96,7 +108,7 @@ def main(argv=None) -> int:
                     stats = [x.as_dict() for x in j.stats]
                     seen = stats if seen is None else seen
                     lines.add({"operator": name, "shape": shape_id(shape), "device": device, "chunk": chunk,
-                               "compiled": compiled, "first_error_stats": round(first, 5),
+                               "pass": kind, "compiled": kind == "compiled", "first_error_stats": round(first, 5),
                                "seconds": {k: round(statistics.median(v), 5) for k, v in parts.items()},
                                "ok": j.ok, "stats_drift": _drift(stats, seen)})
                 del ins, refs, outs
