@@ -250,8 +250,8 @@ class ShapeJudge(GpuTiming):
             fails.setdefault(reason if reason in REASONS else "protocol_violation", f"{prefix}{text}")
 
     # -- correctness ---------------------------------------------------------------------------
-    def check_set(self, k: int, ins, refs, env, fails: dict, first: bool):
-        """Input set k on slot 0: one call, its outputs judged. Returns the rule's judgement, or
+    def check_set(self, ins, refs, env, fails: dict, first: bool):
+        """An input set on slot 0: one call, its outputs judged. Returns the rule's judgement, or
         None with fails filled (and "fatal" there when nothing more can run)."""
         with self.spending("placing"):  # and the judge's own work on the device (inputs, references) done
             slot_views = self.slots.place(0, ins, self.entry_plan)
@@ -405,7 +405,7 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
             dist, d = sets[k]
             t0 = time.perf_counter()
             got: dict = {}
-            j = sj.check_set(k, ins, refs, plan["envelopes"][dist], got, first=k == 0)
+            j = sj.check_set(ins, refs, plan["envelopes"][dist], got, first=k == 0)
             seconds["checking"] += time.perf_counter() - t0
             seconds["peer_checking"] = sj.spent["peer"]  # the peer's share of checking; the rest of peer is timing's
             fatal = got.pop("fatal", False)
