@@ -4,6 +4,7 @@ library versions and operator definition). A baseline counts only when its outpu
 correctness rule as the candidate's: the best library of a shape is the fastest that passed."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -37,11 +38,66 @@ def ceilings(info: dict, note, measure, rate=None) -> dict:
     return found
 
 
-def availability(op, device: str) -> dict[str, str | None]:
-    """{library: why it cannot run here, or None}, asked once an evaluation: an optional library's
-    check imports it, seconds for some, and the envelopes and the library times both need it."""
-    return {name: "needs CUDA" if b.needs_cuda and device != "cuda" else b.unavailable()
-            for name, b in op.baselines.items()}
+def availability(ev) -> dict[str, str | None]:
+    """{library: why it cannot run here, or None}, asked once an evaluation (the envelopes and the
+    library times both need it). An optional library's check imports it, so it runs in the library
+    process (_library.Library.available), which imports it anyway to run it, never in the judge. A
+    library found runnable is remembered under the key of this device and these versions (_key), so
+    a warm judge asks nothing; one found not runnable is asked again every time."""
+    out = {name: "needs CUDA" for name, b in ev.op.baselines.items() if b.needs_cuda and ev.device != "cuda"}
+    key = _key(ev, "", "runnable", "v1")
+    known = set(_cache.get("runnable", key) or ())
+    ask = [name for name in ev.op.baselines if name not in out and name not in known]
+    found = ev.library().available(ev.op.name, ev.cfg.get("operator_node"), ask) if ask else {}
+    if runnable := {name for name, why in found.items() if why is None} - known:
+        _cache.put("runnable", key, sorted(known | runnable))
+    return {name: out[name] if name in out else found.get(name) for name in ev.op.baselines}
+
+
+class LibraryCalls:
+    """call(name, *inputs) -> the library's outputs on `inputs`, called in the judge's library
+    process as a timed library is (_library), and read as a candidate's outputs are (_shape): a
+    compiled library is then compiled once, in the process that times it. Called in the judge's own
+    process as well, each was compiled twice, 15 of a cold setup's 57 s on an H100
+    (benchmarks/results/h100-setup-cost). The process and the shape's slot open on the first call;
+    a library that breaks the process is said (RuntimeError) and the next call starts another."""
+
+    def __init__(self, ev, shape: dict):
+        self.ev, self.shape, self.sj = ev, shape, None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        sj, self.sj = self.sj, None
+        if sj is not None:
+            sj.close()
+
+    def __call__(self, name: str, *ins) -> tuple:
+        from ablate.evaluate import _channel
+        from ablate.evaluate._shape import Gone, ShapeJudge
+
+        ev = self.ev
+        try:
+            lib = ev.library()
+            if self.sj is None:
+                sj = ShapeJudge(ev, ev.shapes.index(self.shape), self.shape, lib.peer())
+                sj.open(1, ins)
+                self.sj = sj
+            lib.use(ev.op.name, ev.cfg.get("operator_node"), name)
+            outs, why, broken = self.sj.library_outputs(ins)
+        except (Gone, _channel.Closed, ValueError, OSError) as e:  # ValueError: a malformed report
+            outs, why, broken = None, f"the library process broke: {type(e).__name__}: {e}", True
+        if broken:  # the next call starts another process, and opens its slot again
+            with contextlib.suppress(Exception):
+                self.close()
+            discard_library(ev.device)
+        if why is not None:
+            raise RuntimeError(why)
+        return outs
 
 
 def operator_hash(op, node: dict | None) -> str:

@@ -6,6 +6,7 @@ judged against the float64 reference within it. A library that does not pass the
 never a shape's best library."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -28,14 +29,15 @@ def output_bytes(exp) -> int:
     return sum(math.prod(shape) * getattr(torch, dtype).itemsize for shape, dtype in exp if shape is not None)
 
 
-def calibration(ev, shape: dict, dist: str, draw) -> dict:
+def calibration(ev, shape: dict, dist: str, draw, call) -> dict:
     """{"envelope", "verdicts", "reference"} of one shape and distribution (cached). draw() ->
     (inputs, float64 references) of the distribution's first set: drawn only when not cached (a
-    judge's first evaluation otherwise spent seconds on inputs and references it never used)."""
+    judge's first evaluation otherwise spent seconds on inputs and references it never used).
+    call(name, *inputs) -> a library's outputs (_baselines.LibraryCalls: in the library process)."""
     from ablate.evaluate import _cache
     from ablate.operators import shape_id
 
-    impls = {name: b.fn for name, b in ev.op.baselines.items() if ev.unavailable[name] is None}
+    impls = {name: functools.partial(call, name) for name in ev.op.baselines if ev.unavailable[name] is None}
     key = "|".join([ev.info["name"], str(ev.info["driver"]), json.dumps(ev.libs, sort_keys=True), ev.op.name,
                     ev.op_hash, shape_id(shape), dist, ",".join(sorted(impls)), f"envelope-v{rule.EDITION}"])
     found = _cache.get("envelopes", key)

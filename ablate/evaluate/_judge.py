@@ -135,16 +135,16 @@ class Evaluation(CandidateLink):
             self.mode = "cpu-interpreted"
         else:
             self.mode = "judge-clock"
+        self.libs = _gpu.library_versions()
+        self.op_hash = _baselines.operator_hash(self.op, cfg.get("operator_node"))
         t0 = time.perf_counter()
-        self.unavailable = _baselines.availability(self.op, self.device)
+        self.unavailable = _baselines.availability(self)
         self.setup_s["libraries"] = time.perf_counter() - t0
         self.ceilings = None
         t0 = time.perf_counter()
         if self.device == "cuda" and cfg["timing"]:
             self.ceilings = _baselines.ceilings(self.info, self.note, _gpu.measure_ceilings, rate=_gpu.canary_gbps)
         self.setup_s["ceilings"] = time.perf_counter() - t0
-        self.libs = _gpu.library_versions()
-        self.op_hash = _baselines.operator_hash(self.op, cfg.get("operator_node"))
         self.plans = [self.plan(s) for s in self.shapes]
 
     def plan(self, shape: dict) -> dict:
@@ -173,9 +173,11 @@ class Evaluation(CandidateLink):
         from ablate.operators import _correctness as rule
 
         plan, out = self.plans[i], {}
-        for k, (dist, d) in enumerate(plan["sets"]):
-            if d == 0:
-                out[dist] = _correctness.calibration(self, shape, dist, lambda k=k: self.input_set(shape, k)[:2])
+        with _baselines.LibraryCalls(self, shape) as call:
+            for k, (dist, d) in enumerate(plan["sets"]):
+                if d == 0:
+                    out[dist] = _correctness.calibration(self, shape, dist, lambda k=k: self.input_set(shape, k)[:2],
+                                                         call)
         plan["envelopes"] = {dist: rule.Envelope.from_dict(c["envelope"]) for dist, c in out.items()}
         if self.device == "cpu":  # Triton's interpreter truncates where a GPU rounds
             plan["envelopes"] = {dist: _correctness.interpreted(env) for dist, env in plan["envelopes"].items()}

@@ -8,7 +8,10 @@ baselines), so it is not confined, and the judge keeps it across evaluations (_l
 
 Protocol, after the driver's hello: the judge sends {"kind": "library", operator, node, name}
 to pick the function the following calls run (answered "ready", or "error" with why); then slots,
-call and release as for a candidate; "done" ends it.
+call and release as for a candidate; "done" ends it. {"kind": "available", operator, node, names}
+asks which of those libraries can run here (answered "available" {found: {name: why not, or
+None}}): an optional library's check imports it, which this process does anyway to run it, and the
+judge then never does (Liger's import alone took 4-5 s on an H100: benchmarks/results/h100-setup-cost).
 """
 from __future__ import annotations
 
@@ -67,6 +70,15 @@ class Library:
             raise RuntimeError(str((got or [{}])[0].get("message") or self._err())[:2000])
         self.using = using
 
+    def available(self, operator: str, node: dict | None, names: list[str]) -> dict[str, str | None]:
+        """{name: why the library cannot run here, or None} for those of `operator`'s libraries."""
+        self.ch.send("available", operator=operator, node=node, names=list(names))
+        got = self.ch.recv(600.0)
+        found = (got or [{}])[0].get("found") if got and got[0].get("kind") == "available" else None
+        if not isinstance(found, dict) or set(found) != set(names):
+            raise RuntimeError(f"the library process did not say which libraries can run: {self._err()}"[:2000])
+        return {name: None if found[name] is None else str(found[name])[:300] for name in names}
+
     def peer(self):
         from ablate.evaluate._shape import Peer
 
@@ -102,6 +114,8 @@ def main(fd: int) -> int:
     driver = _candidate.Driver({"library_ops": (), "library": True}, torch, device, snapshot, ch, [], pool)
 
     def use(msg: dict) -> None:
+        if msg.get("kind") == "available":
+            return ch.send("available", found=_available(msg))
         if msg.get("kind") != "library":
             raise SystemExit(0)
         try:
@@ -120,6 +134,22 @@ def main(fd: int) -> int:
     except _channel.Closed:
         pass
     return 0
+
+def _available(msg: dict) -> dict[str, str | None]:
+    from ablate.evaluate import _judge
+
+    try:
+        baselines = _judge.load_operator(msg["operator"], msg.get("node")).baselines
+    except Exception as e:  # noqa: BLE001 (said for every name: none of them can run)
+        return {name: f"operator not loaded: {type(e).__name__}: {e}"[:300] for name in msg.get("names") or ()}
+    found = {}
+    for name in msg.get("names") or ():
+        try:
+            found[name] = baselines[name].unavailable() if name in baselines else "no such library"
+        except Exception as e:  # noqa: BLE001 (a check that fails: the library cannot run)
+            found[name] = f"its check raised {type(e).__name__}: {e}"[:300]
+    return found
+
 
 if __name__ == "__main__":
     sys.exit(main(int(sys.argv[1])))

@@ -250,15 +250,20 @@ class ShapeJudge(GpuTiming):
             fails.setdefault(reason if reason in REASONS else "protocol_violation", f"{prefix}{text}")
 
     # -- correctness ---------------------------------------------------------------------------
-    def check_set(self, ins, refs, env, fails: dict, first: bool):
-        """An input set on slot 0: one call, its outputs judged. Returns the rule's judgement, or
-        None with fails filled (and "fatal" there when nothing more can run)."""
+    def call_once(self, ins, *, check: bool, first: bool, warm_up: bool = False) -> tuple[dict, list]:
+        """One ungated call on `ins`, placed in slot 0: (the peer's report, the slot's views of them)."""
         with self.spending("placing"):  # and the judge's own work on the device (inputs, references) done
             slot_views = self.slots.place(0, ins, self.entry_plan)
             if self.device == "cuda":
                 self.torch.cuda.synchronize()
-        self.peer.send("call", shape=self.i, batch=0, gated=False, check=True, first=first, calls=self.call_msg([0]))
-        msg = self.receive_called(0)
+        self.peer.send("call", shape=self.i, batch=0, gated=False, check=check, first=first, warm_up=warm_up,
+                       calls=self.call_msg([0]))
+        return self.receive_called(0), slot_views
+
+    def check_set(self, ins, refs, env, fails: dict, first: bool):
+        """An input set on slot 0: one call, its outputs judged. Returns the rule's judgement, or
+        None with fails filled (and "fatal" there when nothing more can run)."""
+        msg, slot_views = self.call_once(ins, check=True, first=first)
         self.failures_of(msg, fails, "")
         if msg.get("copied"):
             self.flags.append("outputs_copied")
@@ -287,6 +292,22 @@ class ShapeJudge(GpuTiming):
         fails.update({k2: v for k2, v in f.items() if k2 not in fails})
         return j
 
+    def library_outputs(self, ins) -> tuple[tuple | None, str | None, bool]:
+        """(outputs, None, False) of the library the library process is using, called once on
+        `ins`, unwatched as its warm-up is (it may compile and autotune); or (None, why not, whether
+        the process is broken: a crash, the device's memory gone)."""
+        msg, _ = self.call_once(ins, check=False, first=True, warm_up=True)
+        rep = (msg.get("calls") or [None])[0]
+        if not isinstance(rep, dict):
+            return None, "the library process reported no call", True
+        if rep.get("reason"):
+            lines = [ln for ln in str(rep.get("message") or "").splitlines() if ln.strip()]
+            return None, f"{rep['reason']}: {lines[-1] if lines else ''}"[:400], bool(rep.get("fatal"))
+        outs = self.outputs(rep)
+        if isinstance(outs, dict):
+            return None, "; ".join(f"{k}: {v}" for k, v in outs.items()), False
+        return tuple(outs), None, False
+
     # -- timing --------------------------------------------------------------------------------
     def warm_up(self, fails: dict) -> None:
         """One untimed, ungated call of a library on the shape, unwatched: the library process
@@ -294,12 +315,7 @@ class ShapeJudge(GpuTiming):
         own), so every timed batch after it runs under the same profile, the first batch too, whose
         copy-in time is the yardstick for the rest (the judge's copies ran 30 times slower beside a
         batch under the profile than beside one not: benchmarks/results/h100-evaluator-18)."""
-        ins, _ = self.timed_inputs(0, 0)
-        self.slots.place(0, ins, self.entry_plan)
-        self.torch.cuda.synchronize()  # only a GPU's library process warms up (_baselines.time_library)
-        self.peer.send("call", shape=self.i, batch=0, gated=False, check=False, first=True, warm_up=True,
-                       calls=self.call_msg([0]))
-        msg = self.receive_called(0)
+        msg, _ = self.call_once(self.timed_inputs(0, 0)[0], check=False, first=True, warm_up=True)
         self.failures_of(msg, fails, "warming up: ")
         for rep in (msg.get("calls") or [])[:1]:
             if rep.get("reason"):

@@ -1,6 +1,7 @@
 """A library's time is cached and decides every ratio on its device: it is timed until two runs
 agree (ablate.evaluate._baselines.settled), so one run disturbed by another process cannot make
 the library look slow for good."""
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -209,3 +210,97 @@ def test_every_shapes_library_kernels_go_to_the_candidate_with_their_library():
     bases = [{"ms": {}, "kernels": {"torch_matmul": ["nvjet_a"]}}, None,
              {"ms": {}, "kernels": {"torch_matmul": ["nvjet_b"], "triton_matmul": []}}, {"ms": {}}]
     assert refused_kernels(bases) == {"nvjet_a": "torch_matmul", "nvjet_b": "torch_matmul"}
+
+
+def _asking_judge(baselines, device="cpu"):
+    """A judge whose library process answers which libraries can run, and records each ask."""
+    asked = []
+
+    def available(operator, node, names):
+        asked.append(list(names))
+        return {name: baselines[name].unavailable() for name in names}
+
+    ev = _cuda_judge(baselines)
+    ev.device, ev.cfg = device, {}
+    ev.library = lambda: SimpleNamespace(available=available)
+    return ev, asked
+
+
+def test_which_libraries_can_run_is_asked_of_the_library_process_and_a_runnable_one_remembered(tmp_path, monkeypatch):
+    """An optional library's check imports it (Liger's took 4-5 s of a judge's first evaluation on
+    an H100): the library process asks, which imports it anyway to run it; a warm judge asks
+    nothing; one that cannot run is asked again (it may be installed since); needing CUDA on a CPU
+    is known without asking."""
+    from ablate.evaluate import _baselines
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
+    libs = {"plain": SimpleNamespace(needs_cuda=False, unavailable=lambda: None),
+            "missing": SimpleNamespace(needs_cuda=False, unavailable=lambda: "missing-kernels not installed"),
+            "gpu_only": SimpleNamespace(needs_cuda=True, unavailable=lambda: None)}
+    ev, asked = _asking_judge(libs)
+    first = _baselines.availability(ev)
+    assert first == {"plain": None, "missing": "missing-kernels not installed", "gpu_only": "needs CUDA"}
+    assert asked == [["plain", "missing"]]
+    again = _baselines.availability(ev)
+    assert again == first and asked[1:] == [["missing"]]  # the runnable one remembered
+    ev.libs = {"torch": "another version"}  # other versions: asked afresh
+    _baselines.availability(ev)
+    assert asked[2:] == [["plain", "missing"]]
+
+
+def _library_judge(op_name: str, shape: dict):
+    """The parts of a CPU judge that LibraryCalls uses, with the judge's own library process."""
+    import types
+
+    from ablate import operators
+    from ablate.evaluate import _link
+
+    ev = SimpleNamespace(op=operators.get(op_name), shapes=[shape], plans=[{}], cfg={}, device="cpu", torch=torch,
+                         info={"name": "cpu", "driver": ""})
+    ev.library = types.MethodType(_link.CandidateLink.library, ev)
+    return ev
+
+
+def test_a_librarys_outputs_for_its_envelope_come_from_the_library_process():
+    """A compiled library was compiled twice, in the judge for its envelope and in the library
+    process for its time: its outputs now come from the library process, read as a candidate's
+    are, and equal the library called in place; a process that breaks is said, and the next
+    call starts another."""
+    from ablate import operators
+    from ablate.evaluate import _link
+    from ablate.evaluate._baselines import LibraryCalls
+
+    shape = {"M": 16, "N": 256, "dtype": "bfloat16"}
+    ev = _library_judge("rmsnorm", shape)
+    op = operators.get("rmsnorm")
+    ins = op.make_inputs(shape, 3, "cpu", "normal")
+    try:
+        with LibraryCalls(ev, shape) as call:
+            for name in ("torch_eager", "torch_F.rms_norm"):
+                (got,) = call(name, *ins)
+                assert torch.equal(got, op.baselines[name].fn(*ins)), name
+            pid = ev.library().proc.pid
+            assert pid != os.getpid()
+            with pytest.raises(RuntimeError, match="no_such_library|not|KeyError"):
+                call("no_such_library", *ins)
+            ev.library().proc.kill()
+            ev.library().proc.wait()
+            with pytest.raises(RuntimeError, match="broke|did not start|Closed"):
+                call("torch_eager", *ins)  # the process it used is gone: said
+            (got,) = call("torch_eager", *ins)  # and the next call starts another
+            assert torch.equal(got, op.baselines["torch_eager"].fn(*ins)) and ev.library().proc.pid != pid
+    finally:
+        _link.discard_library("cpu")
+
+
+def test_the_library_process_says_which_libraries_can_run():
+    from ablate.evaluate._library import Library
+
+    lib = Library("cpu")
+    try:
+        found = lib.available("rmsnorm", None, ["torch_eager", "no_such_library"])
+        assert found == {"torch_eager": None, "no_such_library": "no such library"}
+        found = lib.available("no_such_operator", None, ["torch_eager"])
+        assert found["torch_eager"].startswith("operator not loaded")
+    finally:
+        lib.close()
