@@ -33,6 +33,7 @@ def compile_baselines(fn: Callable, autotune: bool = True) -> dict[str, Baseline
 
 
 NOT_LOADED = "failed to import"  # in an unavailable library's reason: installed, but it did not load
+NOT_INSTALLED = "not installed"  # ...: not there (installing it changes ablate.evaluate._gpu.VERSIONED's versions)
 
 
 def missing(module: str, package: str) -> Callable[[], str | None]:
@@ -45,7 +46,7 @@ def missing(module: str, package: str) -> Callable[[], str | None]:
             importlib.import_module(module)
         except ModuleNotFoundError as e:
             if e.name and (module == e.name or module.startswith(e.name + ".")):
-                return f"{package} not installed"
+                return f"{package} {NOT_INSTALLED}"
             return f"{package} {NOT_LOADED}: {e}"[:200]
         except Exception as e:  # a broken install (e.g. a CUDA runtime mismatch) is unavailable too
             return f"{package} {NOT_LOADED}: {type(e).__name__}: {e}"[:200]

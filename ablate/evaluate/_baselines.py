@@ -42,16 +42,22 @@ def availability(ev) -> dict[str, str | None]:
     """{library: why it cannot run here, or None}, asked once an evaluation (the envelopes and the
     library times both need it). An optional library's check imports it, so it runs in the library
     process (_library.Library.available), which imports it anyway to run it, never in the judge. A
-    library found runnable is remembered under the key of this device and these versions (_key), so
-    a warm judge asks nothing; one found not runnable is asked again every time."""
+    library found runnable, or not installed, is remembered under the key of this device and these
+    versions (_key: installing a library changes them), so a warm judge asks nothing (asking starts
+    the library process: 4.7 s of a warm first evaluation on an H100, benchmarks/results/
+    h100-library-process); one installed that failed to load is asked again every time."""
+    from ablate.operators._baselines import NOT_INSTALLED
+
     out = {name: "needs CUDA" for name, b in ev.op.baselines.items() if b.needs_cuda and ev.device != "cuda"}
-    key = _key(ev, "", "runnable", "v1")
-    known = set(_cache.get("runnable", key) or ())
+    key = _key(ev, "", "availability", "v1")
+    known = _cache.get("availability", key)
+    known = known if isinstance(known, dict) else {}
     ask = [name for name in ev.op.baselines if name not in out and name not in known]
     found = ev.library().available(ev.op.name, ev.cfg.get("operator_node"), ask) if ask else {}
-    if runnable := {name for name, why in found.items() if why is None} - known:
-        _cache.put("runnable", key, sorted(known | runnable))
-    return {name: out[name] if name in out else found.get(name) for name in ev.op.baselines}
+    if settled := {name: why for name, why in found.items() if why is None or why.endswith(NOT_INSTALLED)}:
+        _cache.put("availability", key, {**known, **settled})
+    return {name: out[name] if name in out else known[name] if name in known else found.get(name)
+            for name in ev.op.baselines}
 
 
 class LibraryCalls:

@@ -70,10 +70,14 @@ def device_info(device: str) -> dict:
     return info
 
 
+# the packages whose versions can change a baseline's time or output, or whether it can run (every
+# optional library's among them: a cached "not installed" is asked again once it is installed)
+VERSIONED = ("torch", "triton", "liger-kernel", "cupy-cuda12x", "cupy-cuda13x", "flashinfer-python", "quack-kernels")
+
+
 def library_versions() -> dict:
-    """Versions that can change a baseline's time or output (part of the baseline cache key)."""
-    names = ("torch", "triton", "liger-kernel", "cupy-cuda12x", "cupy-cuda13x", "flashinfer-python", "quack-kernels")
-    return {n: v for n in names if (v := _version(n))}
+    """Versions of VERSIONED's packages installed here (part of every cache key of the judge)."""
+    return {n: v for n in VERSIONED if (v := _version(n))}
 
 
 def flush_buffer() -> torch.Tensor:

@@ -226,26 +226,39 @@ def _asking_judge(baselines, device="cpu"):
     return ev, asked
 
 
-def test_which_libraries_can_run_is_asked_of_the_library_process_and_a_runnable_one_remembered(tmp_path, monkeypatch):
+def test_which_libraries_can_run_is_asked_of_the_library_process_and_remembered(tmp_path, monkeypatch):
     """An optional library's check imports it (Liger's took 4-5 s of a judge's first evaluation on
-    an H100): the library process asks, which imports it anyway to run it; a warm judge asks
-    nothing; one that cannot run is asked again (it may be installed since); needing CUDA on a CPU
-    is known without asking."""
+    an H100): the library process asks, which imports it anyway to run it. A warm judge asks
+    nothing (asking starts that process): a runnable library and one not installed are remembered
+    (installing one changes the versions in the key); one installed that failed to load is asked
+    again; needing CUDA on a CPU is known without asking."""
     from ablate.evaluate import _baselines
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path))
     libs = {"plain": SimpleNamespace(needs_cuda=False, unavailable=lambda: None),
             "missing": SimpleNamespace(needs_cuda=False, unavailable=lambda: "missing-kernels not installed"),
+            "broken": SimpleNamespace(needs_cuda=False, unavailable=lambda: "broken-kernels failed to import: x"),
             "gpu_only": SimpleNamespace(needs_cuda=True, unavailable=lambda: None)}
     ev, asked = _asking_judge(libs)
     first = _baselines.availability(ev)
-    assert first == {"plain": None, "missing": "missing-kernels not installed", "gpu_only": "needs CUDA"}
-    assert asked == [["plain", "missing"]]
+    assert first == {"plain": None, "missing": "missing-kernels not installed",
+                     "broken": "broken-kernels failed to import: x", "gpu_only": "needs CUDA"}
+    assert asked == [["plain", "missing", "broken"]]
     again = _baselines.availability(ev)
-    assert again == first and asked[1:] == [["missing"]]  # the runnable one remembered
-    ev.libs = {"torch": "another version"}  # other versions: asked afresh
+    assert again == first and asked[1:] == [["broken"]]
+    ev.libs = {"torch": "another version"}  # other versions (a library installed): asked afresh
     _baselines.availability(ev)
-    assert asked[2:] == [["plain", "missing"]]
+    assert asked[2:] == [["plain", "missing", "broken"]]
+
+
+def test_every_optional_library_is_in_the_versions_of_the_cache_keys():
+    """A library not installed is remembered under the versions' key: installing it must change
+    the key, or it would stay "not installed" once it is there."""
+    from ablate.evaluate._gpu import VERSIONED
+    from ablate.operators._baselines import NOT_INSTALLED, OPTIONAL, missing
+
+    assert set(OPTIONAL) <= set(VERSIONED)
+    assert missing("no_such_module_here", "no-such-package")() == f"no-such-package {NOT_INSTALLED}"
 
 
 def _library_judge(op_name: str, shape: dict):
