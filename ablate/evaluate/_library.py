@@ -135,6 +135,7 @@ def main(fd: int) -> int:
         pass
     return 0
 
+
 def _available(msg: dict) -> dict[str, str | None]:
     from ablate.evaluate import _judge
 
