@@ -10,8 +10,8 @@ the timing, is what a shape's evaluation costs. Prints one JSON line per operato
 chunk size: the median seconds of each part over --repeats, with the device synchronised around
 each, and how far each chunk size's statistics are from the first's (summation order only: the
 chunk bounds memory). --compiled and --fused add the error pass under torch.compile and as two
-Triton kernels (benchmarks/fused_stats.py; on a CPU under TRITON_INTERPRET=1), each line saying
-which (`pass`). --out writes the lines and the machine to FILE.
+Triton kernels (operators/_fused_stats.py, the pass a GPU's judge runs; on a CPU under
+TRITON_INTERPRET=1), each line saying which (`pass`). `eager` is the eager pass on every device. --out writes the lines and the machine to FILE.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--compiled", action="store_true",
                    help="each chunk size also with the error pass under torch.compile (its first call timed apart)")
     p.add_argument("--fused", action="store_true",
-                   help="each chunk size also with the error pass as two Triton kernels (benchmarks/fused_stats.py)")
+                   help="each chunk size also with the error pass as two Triton kernels (operators/_fused_stats.py)")
     p.add_argument("--repeats", type=_positive, default=5)
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
@@ -78,9 +78,9 @@ def main(argv=None) -> int:
     if a.compiled:
         passes["compiled"] = torch.compile(_error_stats.chunk_stats, dynamic=True)
     if a.fused:
-        from benchmarks import fused_stats
+        from ablate.operators import _fused_stats
 
-        passes["fused"] = fused_stats.chunk_stats
+        passes["fused"] = _fused_stats.chunk_stats
     knob = "CHUNK" if device == "cpu" else "GPU_CHUNK"  # the pass size on this device
     kept = getattr(_error_stats, knob), _error_stats.PASS
     chunks = a.chunks or [kept[0]]

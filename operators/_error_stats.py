@@ -123,7 +123,45 @@ def chunk_stats(oc: torch.Tensor, rc: torch.Tensor, scale: torch.Tensor, tol: to
                         (e > tol).sum().double()])
 
 
-PASS = chunk_stats  # what error_stats runs on each chunk (a benchmark may swap in a compiled one)
+# A GPU's pass: the two Triton kernels of _fused_stats, checked against the eager pass on the first
+# chunk of each kind (wide dtype, rows or not) a process sees; one that raises or disagrees there is
+# given up for the eager pass, for that kind and the process's life, and said in GAVE_UP (the judge
+# flags its result `error_pass_eager`): a wrong statistic cannot come of it, only a slower pass.
+CHECKED: dict[tuple, bool] = {}  # (wide dtype, rows) -> the Triton pass agreed with the eager one
+GAVE_UP: dict[str, str] = {}  # kind -> why the eager pass runs for it instead
+
+
+def agree(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two passes' partials the same: counts and maxima equal (NaN as NaN), the sum of squares to
+    1e-12 of itself (the float64 sums' order is all that may differ)."""
+    x, y = a.tolist(), b.tolist()
+    same = all(u == v or (math.isnan(u) and math.isnan(v)) for i, (u, v) in enumerate(zip(x, y)) if i != 2)
+    return same and abs(x[2] - y[2]) <= 1e-12 * max(abs(x[2]), abs(y[2]))
+
+
+def gpu_pass(oc: torch.Tensor, rc: torch.Tensor, scale: torch.Tensor, tol: torch.Tensor, row: int) -> torch.Tensor:
+    """chunk_stats's partials from the Triton pass (_fused_stats), checked as CHECKED says."""
+    kind = (str(rc.dtype).removeprefix("torch."), bool(row))
+    if CHECKED.get(kind) is False:
+        return chunk_stats(oc, rc, scale, tol, row)
+    try:
+        from ablate.operators import _fused_stats
+
+        got = _fused_stats.chunk_stats(oc, rc, scale, tol, row)
+    except Exception as e:  # noqa: BLE001 (a GPU or a Triton it cannot compile for: the eager pass)
+        CHECKED[kind] = False
+        GAVE_UP[f"{kind[0]}{' rows' if row else ''}"] = f"the Triton pass raised {type(e).__name__}: {e}"[:300]
+        return chunk_stats(oc, rc, scale, tol, row)
+    if kind not in CHECKED:
+        want = chunk_stats(oc, rc, scale, tol, row)
+        CHECKED[kind] = agree(got, want)
+        if not CHECKED[kind]:
+            GAVE_UP[f"{kind[0]}{' rows' if row else ''}"] = f"the Triton pass gave {got.tolist()}, the eager {want.tolist()}"
+            return want
+    return got
+
+
+PASS = None  # what error_stats runs on each chunk: None, by the device (a benchmark may swap one in)
 
 
 def error_stats(out: Any, ref: Any, tol: float) -> Stats:
@@ -140,8 +178,9 @@ def error_stats(out: Any, ref: Any, tol: float) -> Stats:
     scale_t = torch.tensor(scale, dtype=torch.float64, device=r.device)
     tol_t = torch.tensor(tol, dtype=torch.float64, device=r.device)
     part = torch.zeros(5, dtype=torch.float64, device=r.device)  # nonfinite, max_abs, sum q^2, max e, beyond
+    run = PASS or (gpu_pass if r.device.type == "cuda" else chunk_stats)
     for a in range(0, n, step):
-        p = PASS(o[a:a + step].to(device=r.device, dtype=wide), r[a:a + step].to(wide), scale_t, tol_t, row)
+        p = run(o[a:a + step].to(device=r.device, dtype=wide), r[a:a + step].to(wide), scale_t, tol_t, row)
         part = torch.stack([part[0] + p[0], torch.maximum(part[1], p[1]), part[2] + p[2],
                             torch.maximum(part[3], p[3]), part[4] + p[4]])
     nonfinite, max_abs, sumsq, emax, beyond = part.tolist()

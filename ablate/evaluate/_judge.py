@@ -30,6 +30,7 @@ from ablate._numbers import geomean
 from ablate.evaluate import _baselines, _channel, _correctness
 from ablate.evaluate._link import CandidateLink
 from ablate.evaluate._reasons import REASONS
+from ablate.operators import _error_stats
 
 PER_SHAPE = ("bad_signature", "exception", "output_not_dense", "wrong_shape", "wrong_dtype", "wrong_device",
              "incorrect", "input_mutated", "output_aliases_input", "library_passthrough", "hook_active")
@@ -353,6 +354,10 @@ class Evaluation(CandidateLink):
         accepted = not codes
         geo = geomean(r["speedup_vs_best"] for r in rows) if accepted else None  # None unless every shape has one
         timing = self.mode if any(r["time_ms"] for r in rows) else "none"
+        if _error_stats.GAVE_UP:  # the statistics from the eager pass (the same, slower): a bug to see
+            self.flags.append("error_pass_eager")
+            self.note("the error pass's Triton kernels were given up for the eager pass: "
+                      + "; ".join(f"{k}: {v}" for k, v in _error_stats.GAVE_UP.items()))
         flags = sorted({f for r in rows for f in r.get("flags", ())} | set(self.flags))
         return {
             "verdict": "accepted" if accepted else "rejected", "reasons": codes,

@@ -1,6 +1,11 @@
 """benchmarks/check_cost.py on the CPU: a line per operator, shape and chunk size, each part
-timed, the statistics the same whatever the chunk."""
+timed, the statistics the same whatever the chunk; --fused under Triton's interpreter (a process
+of its own: TRITON_INTERPRET must precede importing triton)."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +24,7 @@ def test_each_shape_and_chunk_is_a_line_with_its_parts(tmp_path):
     assert all(r["ok"] and set(r["seconds"]) == {"inputs", "reference", "error_stats"} for r in rows)
     assert all(r["stats_drift"] < 1e-6 for r in rows)  # whole rows a pass either way: the same rule
     from ablate.operators import _error_stats
-    assert (_error_stats.CHUNK, _error_stats.PASS) == (1 << 22, _error_stats.chunk_stats)  # put back
+    assert (_error_stats.CHUNK, _error_stats.PASS) == (1 << 22, None)  # put back
 
 
 @pytest.mark.parametrize("argv,says", [
@@ -34,3 +39,33 @@ def test_a_bad_argument_is_one_line_before_anything_is_measured(tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and says in err[-1] and "Traceback" not in "".join(err)
     assert not out.exists()  # nothing written, nothing to lose
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _interpreted(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_check_cost_times_the_fused_pass_beside_the_eager_one(tmp_path):
+    out = tmp_path / "check.jsonl"
+    done = _interpreted(["-m", "benchmarks.check_cost", "--operators", "rmsnorm", "--fused", "--repeats", "1",
+                         "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()][1:]
+    assert [r["pass"] for r in rows] == ["eager", "fused"] * 2
+    assert all(r["ok"] and r["stats_drift"] < 1e-12 for r in rows)
+
+
+def test_fused_on_a_cpu_without_the_interpreter_is_one_line(tmp_path, monkeypatch, capsys):
+    from benchmarks import check_cost
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(SystemExit) as e:
+        check_cost.main(["--fused", "--out", str(tmp_path / "check.jsonl")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and "TRITON_INTERPRET=1" in err[-1]
+    assert not (tmp_path / "check.jsonl").exists()

@@ -128,3 +128,20 @@ def test_a_cuda_graph_pool_of_a_compiled_baseline_is_released():
     pooled = torch.cuda.memory_reserved()
     _release_compiled()
     assert pooled - torch.cuda.memory_reserved() >= 64 << 20
+
+
+def test_an_error_pass_given_up_for_the_eager_one_is_flagged(monkeypatch):
+    """On a GPU the error statistics come from two Triton kernels, checked against the eager pass
+    on their first chunk of each kind; one given up there leaves the statistics right (the eager
+    pass answers) but is a bug to see: every result of the process says so."""
+    from ablate.operators import _error_stats
+
+    ev = object.__new__(Evaluation)
+    notes = []
+    ev.cfg, ev.shapes, ev.flags, ev.forged, ev.end = {"shape_set": "smoke", "draws": 3}, [], [], [], None
+    ev.op, ev.info, ev.ceilings, ev.mode, ev.forbidden = SimpleNamespace(name="op"), {}, None, "none", []
+    ev.candidate_start_s, ev.note = 0.0, notes.append
+    assert "error_pass_eager" not in ev.assemble([], {}, set(), [], True)["flags"]
+    monkeypatch.setattr(_error_stats, "GAVE_UP", {"float32": "the Triton pass raised RuntimeError: x"})
+    assert "error_pass_eager" in ev.assemble([], {}, set(), [], True)["flags"]
+    assert "float32: the Triton pass raised RuntimeError: x" in notes[-1]

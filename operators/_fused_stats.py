@@ -1,15 +1,16 @@
-"""The rule's error pass (operators/_error_stats.chunk_stats) as two Triton kernels, for
-`python -m benchmarks.check_cost --fused` to time beside the eager pass and compare with it.
+"""The rule's error pass (_error_stats.chunk_stats) as two Triton kernels: the pass a GPU runs
+(_error_stats.gpu_pass). The eager pass launches about 45 kernels over a chunk, each reading and
+writing the whole of it; these read the output and the reference once each (the reference twice
+where rows are used): on an H100, 3.18 ms against 9.40 for a 16384x4096 check, 1.7-3.1x faster on
+13 eval shapes (benchmarks/results/h100-setup-cost).
 
-The eager pass launches about 45 kernels over a chunk, each reading and writing the whole of it
-(37.5 ms on a 268M-element output on an H100, `h100-check-cost`); these read the output and the
-reference once each (the reference twice where rows are used). They repeat the eager pass's
-arithmetic element by element, in its dtypes: the same differences, sizes and ratios in the wide
-dtype, divisions rounded to nearest, the tolerance and the scale cast to the wide dtype as torch's
-type promotion casts them, the row RMS and the sum of squares accumulated in float64. Only the
-order in which the float64 sums add up differs, so the counts and maxima should come out equal
-and the sums equal to the last bits: the benchmark's `stats_drift` says whether they do. Not the
-judge's: the rule has one implementation until a GPU run shows this one agrees."""
+They repeat the eager pass's arithmetic element by element, in its dtypes: the same differences,
+sizes and ratios in the wide dtype, divisions rounded to nearest, the tolerance and the scale cast
+to the wide dtype as torch's type promotion casts them, the row RMS and the sum of squares
+accumulated in float64. Only the order in which the float64 sums add up differs: on those 13
+shapes the counts and maxima came out equal and the sums within 1.3e-16. Part of the one
+correctness rule (operators/_correctness.py, its public face).
+"""
 from __future__ import annotations
 
 import torch
