@@ -2,10 +2,6 @@
 timed, the statistics the same whatever the chunk; --fused under Triton's interpreter (a process
 of its own: TRITON_INTERPRET must precede importing triton)."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -41,18 +37,9 @@ def test_a_bad_argument_is_one_line_before_anything_is_measured(tmp_path, capsys
     assert not out.exists()  # nothing written, nothing to lose
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _interpreted(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def test_check_cost_times_the_fused_pass_beside_the_eager_one(tmp_path):
+def test_check_cost_times_the_fused_pass_beside_the_eager_one(tmp_path, interpreted):
     out = tmp_path / "check.jsonl"
-    done = _interpreted(["-m", "benchmarks.check_cost", "--operators", "rmsnorm", "--fused", "--repeats", "1",
+    done = interpreted(["-m", "benchmarks.check_cost", "--operators", "rmsnorm", "--fused", "--repeats", "1",
                          "--out", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()][1:]

@@ -1,19 +1,13 @@
-"""operators/_fused_stats.py (the error pass a GPU runs) under Triton's CPU interpreter (a process of its own: TRITON_INTERPRET
-must precede importing triton): the rule's error pass as two kernels gives the eager pass's counts
+"""operators/_fused_stats.py (the error pass a GPU runs) under Triton's CPU interpreter (a
+process of its own: TRITON_INTERPRET must precede importing triton): the rule's error pass as two kernels gives the eager pass's counts
 and maxima exactly and its float64 sums to the last bits, on outputs with NaN and Inf where the
 reference has them and where it does not, with and without rows, in both wide dtypes. A GPU's
 judge checks it against the eager pass on the first chunk of each kind and gives it up, said, where
 it raises or disagrees (_error_stats.gpu_pass)."""
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
 
 COMPARE = r'''
 import json
@@ -43,14 +37,8 @@ print(json.dumps(out))
 '''
 
 
-def _interpreted(args: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def test_the_fused_pass_gives_the_eager_pass_statistics():
-    done = _interpreted(["-c", COMPARE])
+def test_the_fused_pass_gives_the_eager_pass_statistics(interpreted):
+    done = interpreted(["-c", COMPARE])
     assert done.returncode == 0, done.stderr[-3000:]
     cases = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(cases) == 8
