@@ -1,7 +1,9 @@
 """A benchmark's JSON lines: the command and the machine first, then one line per measurement,
-each printed as it comes (long runs show progress) and all written to --out at the end."""
+each printed as it comes (long runs show progress) and all written to --out at the end; and
+`positive`, the argument type of a count."""
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import subprocess
@@ -41,3 +43,11 @@ class Lines:
         if self.out:
             self.out.parent.mkdir(parents=True, exist_ok=True)
             self.out.write_text("".join(json.dumps(x) + "\n" for x in self.rows))
+
+
+def positive(text: str) -> int:
+    """An argparse type: a count of at least 1 (else a one-line usage error)."""
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not a positive count")
+    return n

@@ -11,7 +11,8 @@ chunk size: the median seconds of each part over --repeats, with the device sync
 each, and how far each chunk size's statistics are from the first's (summation order only: the
 chunk bounds memory). --compiled and --fused add the error pass under torch.compile and as two
 Triton kernels (operators/_fused_stats.py, the pass a GPU's judge runs; on a CPU under
-TRITON_INTERPRET=1), each line saying which (`pass`). `eager` is the eager pass on every device. --out writes the lines and the machine to FILE.
+TRITON_INTERPRET=1), each line saying which (`pass`). `eager` is the eager pass on every device.
+--out writes the lines and the machine to FILE.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks._lines import Lines
+from benchmarks._lines import Lines, positive
 
 
 def _timed(torch, fn):
@@ -41,23 +42,16 @@ def _drift(stats: list[dict], first: list[dict]) -> float:
                 if isinstance(x[k], (int, float)) and x[k] != y[k]), default=0.0)
 
 
-def _positive(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} is not a positive count")
-    return n
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--operators", nargs="+", default=["rmsnorm"])
     p.add_argument("--shapes", default="smoke")
-    p.add_argument("--chunks", nargs="+", type=_positive, default=None, help="elements per pass (default: this device's, GPU_CHUNK or CHUNK)")
+    p.add_argument("--chunks", nargs="+", type=positive, default=None, help="elements per pass (default: this device's, GPU_CHUNK or CHUNK)")
     p.add_argument("--compiled", action="store_true",
                    help="each chunk size also with the error pass under torch.compile (its first call timed apart)")
     p.add_argument("--fused", action="store_true",
                    help="each chunk size also with the error pass as two Triton kernels (operators/_fused_stats.py)")
-    p.add_argument("--repeats", type=_positive, default=5)
+    p.add_argument("--repeats", type=positive, default=5)
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     import torch

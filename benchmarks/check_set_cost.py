@@ -26,17 +26,10 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks._lines import Lines
+from benchmarks._lines import Lines, positive
 
 WAYS = {"as_checked": {"check": True, "warm_up": False}, "watched": {"check": False, "warm_up": False},
         "bare": {"check": False, "warm_up": True}}
-
-
-def _positive(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} is not a positive count")
-    return n
 
 
 def _quantiles(xs: list[float]) -> dict:
@@ -52,7 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--operator", default="rmsnorm")
     p.add_argument("--shapes", default="smoke")
     p.add_argument("--library", default="torch_eager", help="the operator's library the driver calls")
-    p.add_argument("--sets", type=_positive, default=15, help="calls of each way, a shape")
+    p.add_argument("--sets", type=positive, default=15, help="calls of each way, a shape")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     import torch

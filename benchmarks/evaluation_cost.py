@@ -11,8 +11,8 @@ JSON line per evaluation: its wall seconds, `phase_seconds`, and each shape's `s
 process start). --cold also empties every cache for it (ablate's ceilings, envelopes and library
 times, Inductor's and Triton's compiled kernels: a fresh temporary folder each), so its
 `phase_seconds` (`judge_libraries`, `judge_ceilings`, `judge_envelopes`, `judge_baselines`) are
-an operator's cold setup. The judge's progress lines, timestamped, go to stderr. --out writes the lines and the
-machine to FILE.
+an operator's cold setup. The judge's progress lines, timestamped, go to stderr. --out writes the
+lines and the machine to FILE.
 """
 from __future__ import annotations
 

@@ -149,16 +149,21 @@ def gpu_pass(oc: torch.Tensor, rc: torch.Tensor, scale: torch.Tensor, tol: torch
 
         got = _fused_stats.chunk_stats(oc, rc, scale, tol, row)
     except Exception as e:  # noqa: BLE001 (a GPU or a Triton it cannot compile for: the eager pass)
-        CHECKED[kind] = False
-        GAVE_UP[f"{kind[0]}{' rows' if row else ''}"] = f"the Triton pass raised {type(e).__name__}: {e}"[:300]
-        return chunk_stats(oc, rc, scale, tol, row)
+        return _give_up(kind, f"the Triton pass raised {type(e).__name__}: {e}"[:300], oc, rc, scale, tol, row)
     if kind not in CHECKED:
         want = chunk_stats(oc, rc, scale, tol, row)
         CHECKED[kind] = agree(got, want)
         if not CHECKED[kind]:
-            GAVE_UP[f"{kind[0]}{' rows' if row else ''}"] = f"the Triton pass gave {got.tolist()}, the eager {want.tolist()}"
-            return want
+            return _give_up(kind, f"the Triton pass gave {got.tolist()}, the eager {want.tolist()}", oc, rc, scale, tol,
+                            row)
     return got
+
+
+def _give_up(kind: tuple, why: str, *chunk) -> torch.Tensor:
+    """The eager pass's partials of `chunk`, the Triton pass given up for `kind` (said in GAVE_UP)."""
+    CHECKED[kind] = False
+    GAVE_UP[f"{kind[0]}{' rows' if kind[1] else ''}"] = why
+    return chunk_stats(*chunk)
 
 
 PASS = None  # what error_stats runs on each chunk: None, by the device (a benchmark may swap one in)

@@ -96,7 +96,6 @@ def chunk_stats(oc: torch.Tensor, rc: torch.Tensor, scale: torch.Tensor, tol: to
     part = torch.empty((blocks, 6), dtype=torch.float64, device=rc.device)
     _partials[(blocks,)](oc, rc, rms, scale_w, tol_w, part, n, max(row, 1), ROWS=bool(row),
                           F32=wide == torch.float32, BLOCK=BLOCK)
-    emax = part[:, 3].max()
-    if bool(part[:, 5].sum() > 0):  # a NaN ratio: torch's max gives NaN
-        emax = torch.tensor(float("nan"), dtype=torch.float64, device=rc.device)
+    # a NaN ratio anywhere: NaN, as torch's max gives (decided on the device: no wait for it here)
+    emax = torch.where(part[:, 5].sum() > 0, float("nan"), part[:, 3].max())
     return torch.stack([part[:, 0].sum(), part[:, 1].max(), part[:, 2].sum(), emax, part[:, 4].sum()])

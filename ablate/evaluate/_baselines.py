@@ -56,8 +56,8 @@ def availability(ev) -> dict[str, str | None]:
     found = ev.library().available(ev.op.name, ev.cfg.get("operator_node"), ask) if ask else {}
     if settled := {name: why for name, why in found.items() if why is None or why.endswith(NOT_INSTALLED)}:
         _cache.put("availability", key, {**known, **settled})
-    return {name: out[name] if name in out else known[name] if name in known else found.get(name)
-            for name in ev.op.baselines}
+    said = {**known, **found, **out}
+    return {name: said[name] for name in ev.op.baselines}
 
 
 class LibraryCalls:
