@@ -8,6 +8,14 @@ before the judge opens the gate (`peer` in a shape's seconds): the watch as the 
 
 A call is --ops-per-call small tensor operations (a kernel's own arithmetic plus the driver's
 views). Prints one JSON line per (calls, reading): the median milliseconds a batch over --repeats.
+
+With --sessions N (a GPU), it then runs four kernels of different names N times, each under a
+session of torch's own profiler and then under the watch, and prints one line naming every
+session of either that did not record all four (and which it missed). Each session registers
+CUPTI's timestamp callback again, and some CUPTI versions then corrupt the timestamps of a
+session's first kernel records, one more each session (pytorch/pytorch#192021); the profiler drops
+them as outside its window, so a watch started once a batch would miss the first kernels of each
+later batch, but for its padding (`ablate/evaluate/_watch.py`).
 """
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, nargs="+", default=[1, 40, 100, 400])
     p.add_argument("--ops-per-call", type=int, default=6)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--sessions", type=int, default=0, help="then this many sessions' records counted (GPU)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     import torch
@@ -68,9 +77,49 @@ def main(argv=None) -> int:
             row = {"calls": n, "ops_per_call": a.ops_per_call, "reading": name,
                    "ms_per_batch": round(statistics.median(times), 3)}
             lines.add(row)
+    if a.sessions:
+        lines.add(sessions(watch, x, a.sessions))
     lines.write()
     return 0
 
+
+def sessions(watch, x, n: int) -> dict:
+    """Over n rounds of four kernels each, one session of torch's own profiler (`torch.profiler`)
+    then one of the watch: {sessions, kernels_a_session, raw_missed / missed: [[round, [kernels
+    not recorded]], ...], lost: the watch's sessions that did not record their sentinel}. The four
+    kernels' names are those the first round's watch recorded."""
+    import torch
+
+    def four():
+        y = x + 1.0
+        y = y * 2.0
+        y = torch.neg(y)
+        torch.exp(y)
+        if x.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def raw_kernels() -> set[str]:
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA]
+                                                        if x.device.type == "cuda" else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            four()
+        return {e.name for e in prof.events() if e.device_type != torch.autograd.DeviceType.CPU}
+
+    lost0, seen, missed, raw_missed = watch.lost, None, [], []
+    for i in range(n):
+        raw = raw_kernels()
+        watch.forget_kernels()
+        with watch.watch():
+            four()
+        names = {k for k, _ in watch.take_kernels()}
+        if seen is None:
+            seen = {k for k in names if k in raw} or names  # the four, not the watch's own padding
+        if lost := sorted(seen - names):
+            missed.append([i, [k[:80] for k in lost]])
+        if lost := sorted(seen - raw):
+            raw_missed.append([i, [k[:80] for k in lost]])
+    return {"sessions": n, "kernels_a_session": len(seen or ()), "missed": missed, "raw_missed": raw_missed,
+            "lost": watch.lost - lost0}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -307,11 +307,11 @@ class Driver:
             reply["failures"]["driver_tampered"] = "a call before its shape's slots"
             self.ch.send("called", **reply)
             return self.ch.send("ran", batch=batch, failures={}, kernels=[]) if gated else None
-        if gated:
-            _cuda.wait_value(self.stream, self.slots["gate"], batch)
         first = bool(msg.get("first"))
         # a library's warm-up call compiles and autotunes: left unwatched (ShapeJudge.warm_up)
         with self.ops.watch(on=not (msg.get("warm_up") and self.go.get("library"))):
+            if gated:  # behind the watch's own first kernels, which must not wait for the gate
+                _cuda.wait_value(self.stream, self.slots["gate"], batch)
             for c in calls:
                 rep = self.one(index, c["inputs"], c.get("outputs"), first, check)
                 first = False
@@ -329,9 +329,11 @@ class Driver:
                     reply["calls"].append({"reason": classify(e), "message": _tb(e), "failures": {}, "entries": None,
                                            "fatal": True})
         if gated:
-            return self.ch.send("ran", batch=batch, failures=self.ops.findings(), kernels=self.ops.take_kernels())
+            return self.ch.send("ran", batch=batch, failures=self.ops.findings(), kernels=self.ops.take_kernels(),
+                                watch_lost=self.ops.lost)
         reply["failures"].update(self.ops.findings())
         reply["kernels"] = self.ops.take_kernels()
+        reply["watch_lost"] = self.ops.lost
         self.report(reply)
 
     def report(self, reply: dict) -> None:

@@ -3,6 +3,9 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 19: a GPU watch's session opens with padding kernels and a sentinel, so CUPTI's loss of a session's
+#     first kernel records (one more each session) cannot hide a library kernel; a loss past the
+#     padding flags the row device_watch_incomplete
 # 18: a device kernel is the library's in any instantiation, and any kernel of the family's vendor
 #     libraries is (cuBLAS's for a product, whatever the shape or precision it was picked for); the
 #     kernel libraries are not in a candidate's sandbox; a library's compile-and-autotune call is an
@@ -28,7 +31,7 @@ each check rejected."""
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "18"
+VERSION = "19"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

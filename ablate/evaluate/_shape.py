@@ -212,6 +212,8 @@ class ShapeJudge(GpuTiming):
                 for k in got):
             raise Gone(f"protocol: device kernels reported as {str(got)[:100]}")
         self.device_kernels.extend((k[:400], op) for k, op in got)
+        if msg.get("watch_lost") and "device_watch_incomplete" not in self.flags:
+            self.flags.append("device_watch_incomplete")
 
     def outputs(self, rep: dict) -> list | dict:
         """The outputs one call's report describes, copied out of the peer's memory; or

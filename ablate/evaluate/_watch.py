@@ -20,6 +20,14 @@ SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enab
             "_toggle_collection_dynamic")
 TAMPERED = "the operator watch was stopped, restarted or blinded during the batch"
 KERNELS_PER_REPORT = 64  # device kernels first seen, named in one report (the rest in the next)
+# Each session of torch's profiler registers CUPTI's timestamp callback again, and some CUPTI versions
+# then corrupt the timestamps of a session's first kernel records, one more for each registration in
+# the process (pytorch/pytorch#192021); the profiler drops them as outside its window. A device
+# watch therefore opens with as many kernels of its own as sessions started (PADDING), then a
+# sentinel kernel (SENTINEL's): a session that did not record the sentinel lost records past the
+# padding, and says so.
+SENTINEL = "aten::bitwise_not"
+_sessions = [0]  # device sessions started in this process, any watch's
 
 
 @dataclass
@@ -192,6 +200,9 @@ class OpWatch:
         except Exception:  # noqa: BLE001 (a torch that cannot profile the device: its row says so, device_unwatched)
             self.on_device = False
             self.config, self.activities, self.threads = _profiler_config(torch)
+        self.lost = 0  # device sessions whose sentinel was not recorded
+        self.pad = torch.zeros(1, dtype=torch.int32, device="cuda" if self.on_device else "cpu")
+        self.fill_, self.bitwise_not_ = torch.Tensor.fill_, torch.Tensor.bitwise_not_  # before any submission
         warnings.filterwarnings("ignore", module="torch.autograd.profiler")
         warnings.filterwarnings("ignore", module="torch.profiler")
 
@@ -206,6 +217,8 @@ class OpWatch:
         self.sealed.switches["_prepare_profiler"](self.config, self.activities)
         self.sealed.switches["_enable_profiler"](self.config, self.activities)
         try:
+            if self.on_device:
+                self._padding()
             with self.mark(start):
                 pass
             yield
@@ -213,7 +226,10 @@ class OpWatch:
             with self.mark(end):
                 pass
             try:
-                names, kernels = _recorded(self.sealed.switches["_disable_profiler"](), self.known)
+                result = self.sealed.switches["_disable_profiler"]()
+                names, kernels = _recorded(result, self.known)
+                if self.on_device and not _ran(result, SENTINEL):
+                    self.lost += 1
             except Exception:  # noqa: BLE001 (no session left to stop: the kernel stopped it)
                 names, kernels = set(), []
         if start not in names or end not in names:
@@ -228,6 +244,17 @@ class OpWatch:
             self.new_kernels.append([kernel, launcher])
             if library := self.library_of(kernel):
                 self.ran_library.append(f"{kernel[:200]} ({library})")
+
+    def _padding(self) -> None:
+        """The session's first kernel records, the driver's own: one fill for each device session
+        this process has started, then the sentinel; run to the end before the caller queues
+        anything (a gated batch's calls wait behind its gate, which must not hold these)."""
+        _sessions[0] += 1
+        for _ in range(_sessions[0]):
+            self.fill_(self.pad, 0)
+        self.bitwise_not_(self.pad)
+        if self.pad.is_cuda:
+            self.torch.cuda.current_stream().synchronize()
 
     def library_of(self, kernel: str) -> str | None:
         """Which of the task's libraries a device kernel is, or None: a candidate's own."""
@@ -304,6 +331,17 @@ def _recorded(result, known=frozenset()) -> tuple[set[str], list[tuple[str, str 
     ops = {e.correlation_id(): e.name() for e in events
            if e.device_type() == DeviceType.CPU and e.correlation_id() and e.name().startswith("aten::")}
     return names, [(k, ops.get(c) if c else None) for k, c in fresh.items()]
+
+
+def _ran(result, op: str) -> bool:
+    """Whether a profile recorded a device kernel launched by an ATen operator named `op` (or an
+    overload of it: aten::bitwise_not_ runs aten::bitwise_not.out's kernel)."""
+    from torch.autograd import DeviceType
+
+    events = result.events()
+    ids = {e.correlation_id() for e in events
+           if e.device_type() == DeviceType.CPU and e.correlation_id() and e.name().startswith(op)}
+    return any(e.device_type() != DeviceType.CPU and e.linked_correlation_id() in ids for e in events)
 
 
 def _hooks_active(torch) -> str | None:

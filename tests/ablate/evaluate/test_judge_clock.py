@@ -126,6 +126,21 @@ def test_a_run_report_for_another_batch_or_naming_kernels_oddly_is_a_protocol_vi
         sj.receive_ran(4)
 
 
+def test_a_watch_that_lost_device_records_is_flagged_once():
+    """A report whose watch missed its sentinel kernel in some session (watch_lost, a running count)
+    flags the row `device_watch_incomplete`, once."""
+    sj = object.__new__(ShapeJudge)
+    sj.device, sj.segments, sj.spent, sj.device_kernels, sj.flags = "cuda", None, {"peer": 0.0, "ran": 0.0}, [], []
+    replies = iter([({"kind": "ran", "batch": 1, "watch_lost": 0}, []), ({"kind": "ran", "batch": 2, "watch_lost": 1}, []),
+                    ({"kind": "ran", "batch": 3, "watch_lost": 2}, [])])
+    sj.peer = Peer(lambda *a, **k: None, lambda kinds, limit: next(replies), lambda: True)
+    sj.receive_ran(1)
+    assert sj.flags == []
+    sj.receive_ran(2)
+    sj.receive_ran(3)
+    assert sj.flags == ["device_watch_incomplete"]
+
+
 def test_a_batchs_drawn_calls_are_checked_before_the_watchs_report_and_that_report_is_always_read():
     """judge_batch checks the drawn calls while the peer's watch reads what the device ran, then
     reads that report ("ran") whatever the check found: a batch failed by its check must not leave
@@ -362,7 +377,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "18"
+    assert r["evaluator_version"] == "19"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 

@@ -306,3 +306,43 @@ def test_a_library_kernel_behind_a_flood_of_new_kernels_is_still_seen_in_its_bat
         pass
     assert "nvjet_sm90_tst_256x128 (cublas)" in watch.findings()["library_passthrough"]
     assert len(watch.take_kernels()) == KERNELS_PER_REPORT
+
+
+def test_a_device_session_opens_with_its_padding_and_says_when_its_sentinel_was_lost():
+    """A device watch starts each session with one fill per session started in the process, then
+    its sentinel kernel: CUPTI may lose as many head records as sessions (pytorch/pytorch#192021),
+    and the padding takes that loss. A session whose record lacks the sentinel lost more, and
+    counts in `lost` (the judge's `device_watch_incomplete`)."""
+    from ablate.evaluate import _watch
+
+    sentinel = [_Event("aten::bitwise_not_", corr=40), _Event("aten::bitwise_not", corr=41),
+                _Event("vectorized_elementwise_kernel<bitwise_not>", True, linked=41)]
+    launched = []
+    watch = _device_watch(sentinel, {})
+    watch.fill_ = lambda t, v: launched.append("fill")
+    watch.bitwise_not_ = lambda t: launched.append("sentinel")
+    before = _watch._sessions[0]
+    for _ in range(2):
+        launched.clear()
+        with watch.watch():
+            launched.append("calls")
+        assert launched == ["fill"] * _watch._sessions[0] + ["sentinel", "calls"]
+    assert _watch._sessions[0] == before + 2 and watch.lost == 0
+    unlinked = _device_watch([sentinel[0], _Event("vectorized_elementwise_kernel<bitwise_not>", True, linked=0)], {})
+    with unlinked.watch():  # the sentinel's operator ran, its kernel's record did not come
+        pass
+    assert unlinked.lost == 1 and unlinked.findings() == {}  # said apart: CUPTI's loss, not the kernel's doing
+
+
+@pytest.mark.gpu
+def test_a_late_watch_still_records_every_kernel_its_batch_ran():
+    """Some CUPTI versions corrupt the timestamps of a session's first kernel records, one more each
+    session torch's profiler starts (pytorch/pytorch#192021), and the profiler drops them: a watch
+    started once a batch would then miss the first kernels of every later batch, a library's
+    among them."""
+    from benchmarks.watch_cost import sessions
+
+    watch = OpWatch(RMSNORM_OPS, device="cuda")
+    got = sessions(watch, torch.randn(64, 64, device="cuda"), 60)
+    assert got["kernels_a_session"] == 4
+    assert got["missed"] == [] and got["lost"] == 0, got
