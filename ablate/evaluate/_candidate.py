@@ -332,8 +332,7 @@ class Driver:
             return self.ch.send("ran", batch=batch, failures=self.ops.findings(), kernels=self.ops.take_kernels(),
                                 watch_lost=self.ops.lost)
         reply["failures"].update(self.ops.findings())
-        reply["kernels"] = self.ops.take_kernels()
-        reply["watch_lost"] = self.ops.lost
+        reply["kernels"], reply["watch_lost"] = self.ops.take_kernels(), self.ops.lost
         self.report(reply)
 
     def report(self, reply: dict) -> None:
