@@ -23,10 +23,11 @@ KERNELS_PER_REPORT = 64  # device kernels first seen, named in one report (the r
 # Each session of torch's profiler registers CUPTI's timestamp callback again, and some CUPTI versions
 # then corrupt the timestamps of a session's first kernel records, one more for each registration in
 # the process (pytorch/pytorch#192021); the profiler drops them as outside its window. A device
-# watch therefore opens with as many kernels of its own as sessions started (PADDING), then a
-# sentinel kernel (SENTINEL's): a session that did not record the sentinel lost records past the
-# padding, and says so.
+# watch therefore opens with as many fills of its own as sessions started (at most PADDING_MAX: the
+# library process lives long), then a sentinel kernel (SENTINEL's): a session that did not record
+# the driver's sentinel lost records past the padding, and says so.
 SENTINEL = "aten::bitwise_not"
+PADDING_MAX = 2048
 _sessions = [0]  # device sessions started in this process, any watch's
 
 
@@ -250,7 +251,7 @@ class OpWatch:
         this process has started, then the sentinel; run to the end before the caller queues
         anything (a gated batch's calls wait behind its gate, which must not hold these)."""
         _sessions[0] += 1
-        for _ in range(_sessions[0]):
+        for _ in range(min(_sessions[0], PADDING_MAX)):
             self.fill_(self.pad, 0)
         self.bitwise_not_(self.pad)
         if self.pad.is_cuda:
@@ -335,7 +336,9 @@ def _recorded(result, known=frozenset()) -> tuple[set[str], list[tuple[str, str 
 
 def _ran(result, op: str) -> bool:
     """Whether a profile recorded a device kernel launched by an ATen operator named `op` (or an
-    overload of it: aten::bitwise_not_ runs aten::bitwise_not.out's kernel)."""
+    overload of it: the kernel links to the innermost operator running). Any such kernel counts: a
+    kernel calling the sentinel's operator itself could stand in for the driver's, which matters only
+    where CUPTI lost more records than the padding, beyond the loss pytorch/pytorch#192021 reports."""
     from torch.autograd import DeviceType
 
     events = result.events()

@@ -328,6 +328,11 @@ def test_a_device_session_opens_with_its_padding_and_says_when_its_sentinel_was_
             launched.append("calls")
         assert launched == ["fill"] * _watch._sessions[0] + ["sentinel", "calls"]
     assert _watch._sessions[0] == before + 2 and watch.lost == 0
+    _watch._sessions[0] = _watch.PADDING_MAX + 5  # a long-lived process (the library process): padding capped
+    launched.clear()
+    with watch.watch():
+        pass
+    assert launched == ["fill"] * _watch.PADDING_MAX + ["sentinel"]
     unlinked = _device_watch([sentinel[0], _Event("vectorized_elementwise_kernel<bitwise_not>", True, linked=0)], {})
     with unlinked.watch():  # the sentinel's operator ran, its kernel's record did not come
         pass
