@@ -308,7 +308,7 @@ def test_a_library_kernel_behind_a_flood_of_new_kernels_is_still_seen_in_its_bat
     assert len(watch.take_kernels()) == KERNELS_PER_REPORT
 
 
-def test_a_device_session_opens_with_its_padding_and_says_when_its_sentinel_was_lost():
+def test_a_device_session_opens_with_its_padding_and_says_when_its_sentinel_was_lost(monkeypatch):
     """A device watch starts each session with one fill per session started in the process, then
     its sentinel kernel: CUPTI may lose as many head records as sessions (pytorch/pytorch#192021),
     and the padding takes that loss. A session whose record lacks the sentinel lost more, and
@@ -328,7 +328,7 @@ def test_a_device_session_opens_with_its_padding_and_says_when_its_sentinel_was_
             launched.append("calls")
         assert launched == ["fill"] * _watch._sessions[0] + ["sentinel", "calls"]
     assert _watch._sessions[0] == before + 2 and watch.lost == 0
-    _watch._sessions[0] = _watch.PADDING_MAX + 5  # a long-lived process (the library process): padding capped
+    monkeypatch.setitem(_watch._sessions, 0, _watch.PADDING_MAX + 5)  # a long-lived process (the library's): capped
     launched.clear()
     with watch.watch():
         pass
