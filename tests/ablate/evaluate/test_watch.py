@@ -328,7 +328,7 @@ def test_a_device_session_opens_with_its_padding_and_says_when_its_sentinel_was_
             launched.append("calls")
         assert launched == ["fill"] * _watch._sessions[0] + ["sentinel", "calls"]
     assert _watch._sessions[0] == before + 2 and watch.lost == 0
-    monkeypatch.setitem(_watch._sessions, 0, _watch.PADDING_MAX + 5)  # a long-lived process (the library's): capped
+    monkeypatch.setattr(_watch, "_sessions", [_watch.PADDING_MAX + 5])  # a long-lived process (the library's): capped
     launched.clear()
     with watch.watch():
         pass
