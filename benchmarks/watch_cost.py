@@ -37,6 +37,8 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", type=int, default=0, help="then this many sessions' records counted (GPU)")
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+    if a.sessions < 0:
+        p.error(f"--sessions {a.sessions}: a count of sessions, 0 for none")
     import torch
 
     from ablate.evaluate import _watch
