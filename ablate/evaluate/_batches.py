@@ -151,7 +151,9 @@ class GpuTiming:
             self.fill_ns = fill
         if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
             self.max_n = max(1, n // 4)
-        return window, why
+            if "not all queued" not in why:
+                why += "; its calls were not all queued in time"
+        return window, None if why is None else f"{n} calls: {why}"
 
     def run_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
         """The device's part of gpu_batch: (the judge's words, whether every call was queued before

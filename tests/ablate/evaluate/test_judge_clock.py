@@ -480,6 +480,28 @@ def test_the_wall_time_is_the_median_of_the_batches_windows_in_whatever_order_th
     assert got["n"] == 20 and got["wall_ms"] == pytest.approx(0.05)
 
 
+def test_a_batch_not_queued_in_time_shrinks_the_next_and_its_void_line_says_so():
+    """A kernel of several launches a call can outrun the device's launch queue behind the gate: the
+    judge opens the gate without the peer's report, voids the batch, and queues a quarter as many
+    calls next. The void line names the batch's size and that it was not queued, whatever check
+    voided it first (a slow copy-in is checked before the queue), so a row says which it was."""
+    class Overflowing(_Batches.__new__(_Batches, 0.05, 0.0).__class__):
+        def run_batch(self, b, n, fails, est_ms):
+            self.sizes.append(n)
+            if n > 16:  # the queue holds 16 calls' launches: copied in slowly, and not all queued
+                return _words(window_ns=round(n * 0.05e6), fill_ns=10_000 * n * 5), False
+            return _batch_words(n * 0.05, n)
+
+    t = Overflowing()
+    t.slots, t.voided, t.sizes = SimpleNamespace(count=64), [], []
+    got = t.time_gpu({}, protocol_ms=0.0)
+    assert got is not None and got["median"] == pytest.approx(0.05)
+    first = t.sizes[1]
+    assert first > 16 and t.voided[0].startswith(f"batch 2: {first} calls: the inputs took")
+    assert t.voided[0].endswith("its calls were not all queued in time")
+    assert t.sizes[2] <= first // 4 and all(n <= 16 for n in t.sizes[2:])
+
+
 def test_a_batchs_length_is_drawn_so_no_call_knows_it_ends_the_batch():
     from ablate.evaluate._batches import batch_length
 
