@@ -59,7 +59,8 @@ time_ms {median, p10, p90, n, batches, voided, calls_per_batch, protocol_ms}, wa
 baselines_noisy, baselines_contended, best_baseline, speedup_vs_best, sol_fraction, floor_ms, flags, voided_batches,
 contention, seconds {references, checking, timing; and within them placing (the input sets into
 their slots, the judge's device work done), peer (waiting for the candidate's reports of its calls;
-peer_checking: its share within checking), ran (for its reports of what the device ran in a timed batch, on a GPU),
+peer_checking: its share within checking; peer_first_set: the first input set's, the kernel's first
+call on the shape, where it compiles), ran (for its reports of what the device ran in a timed batch, on a GPU),
 checks (the input sets' outputs judged), timed_inputs, timed_checks, device (waiting for a batch on
 the GPU)}}], geomean_speedup (accepted submissions only), draws, seconds,
 phase_seconds (judge_ready: the judge's setup, split into judge_libraries (which libraries can run

@@ -407,7 +407,7 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
 
     plan = ev.plans[i]
     row, fails, ran = ev.row(shape, base), {}, set()
-    seconds = {"references": 0.0, "checking": 0.0, "peer_checking": 0.0}
+    seconds = {"references": 0.0, "checking": 0.0, "peer_checking": 0.0, "peer_first_set": 0.0}
     worst, closest, closest_dist, checked = 0.0, None, None, 0
     sets = plan["sets"]
     sj = ShapeJudge(ev, i, shape, ev.candidate_peer())
@@ -426,6 +426,8 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
             j = sj.check_set(ins, refs, plan["envelopes"][dist], got, first=k == 0)
             seconds["checking"] += time.perf_counter() - t0
             seconds["peer_checking"] = sj.spent["peer"]  # the peer's share of checking; the rest of peer is timing's
+            if k == 0:  # its first call on the shape, where a kernel compiles: apart from the others' answers
+                seconds["peer_first_set"] = sj.spent["peer"]
             fatal = got.pop("fatal", False)
             for reason, text in got.items():
                 fails.setdefault(reason, f"{dist} draw {d}: {text}")

@@ -34,6 +34,7 @@ def test_honest_triton_kernel_is_accepted_with_the_full_contract(judged):
         assert sec["checking"] > 0 and 0 < sec["peer"] <= sec["checking"] + sec["timing"] + 0.001
         assert 0 < sec["checks"] and sec["checks"] + sec["peer"] <= sec["checking"] + sec["timing"] + 0.001
         assert 0 < sec["peer_checking"] < sec["peer"] and 0 <= sec["placing"]  # the timing's calls waited on too
+        assert 0 < sec["peer_first_set"] < sec["peer_checking"]  # the first set's answer, and 14 more
         assert sec["placing"] + sec["peer_checking"] + sec["checks"] <= sec["checking"] + 0.001
         assert 0 < sec["timed_inputs"] + sec["timed_checks"] <= sec["timing"] + 0.001 and sec["device"] == 0
     assert r["geomean_speedup"] > 0 and r["seconds"] > 0
