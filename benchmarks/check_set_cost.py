@@ -12,10 +12,11 @@ through the judge's own messages, as `ShapeJudge.check_set` calls it, in three w
 A warm public RMSNorm shape's checking waited 0.58 s for a candidate's 15 answers on an H100,
 against 3.3 ms a set for this driver (benchmarks/results/h100-evaluator-19). This splits the
 driver's part: the round trip of a call (the judge's placing of the inputs, the call, the driver's
-report and the judge's mapping of new output segments) and the judge's read of its outputs. The candidate's own guard (its audit hook) and its watch of the operator's library
-calls are not in the library process: what a candidate's set costs above `as_checked` is theirs.
-Prints one JSON line per shape and way: the median, p10 and p90 milliseconds over --sets calls
-(each shape's first call, which may compile, apart).
+report and the judge's mapping of new output segments) and the judge's read of its outputs. The
+candidate's own guard (its audit hook) and its watch of the operator's library calls are not in the
+library process: what a candidate's set costs above `as_checked` is theirs. Prints one JSON line per
+shape and way: the median, p10 and p90 milliseconds over --sets calls (each shape's first call,
+which may compile, apart).
 """
 from __future__ import annotations
 
