@@ -18,10 +18,11 @@ One JSON file (DIR/primitives.json) and a summary on stdout:
     python -m benchmarks.judge_clock compare --operators rmsnorm softmax gemm --shapes public --out DIR [--rounds 3]
     python -m benchmarks.judge_clock fusion --shapes smoke public --out DIR
 
-compare: a library's judged time and an honest kernel's against do_bench (DIR/compare.json), with
-the median SM clock and board power each ran at (nvidia-smi sampled every 50 ms, where present).
-Each call's do_bench and do_bench_cudagraph run --rounds times, library and kernel in turn; a row
-gives the medians, each round's time, and the judged speedup against each round's ratio.
+compare: a library's judged time and an honest kernel's against do_bench (DIR/compare.json, and each
+operator's part in DIR/OPERATOR-compare.json), with the median SM clock and board power each ran at
+(nvidia-smi sampled every 50 ms, where present). Each call's do_bench and do_bench_cudagraph run
+--rounds times, library and kernel in turn; a row gives the medians, each round's time, and the
+judged speedup against each round's ratio.
 fusion: what the hole docs/evaluator.md states is worth, on RMSNorm: a batch run as one launch
 decided on the device (tests/ablate/evaluate/kernels/fused_batch.py) against the same kernel
 launched by each call, both judged (DIR/fusion.json): the judged time a call of each, per shape.
@@ -531,6 +532,16 @@ def _compare_one(out: Path, name: str, shapes: str, res: dict, clock: SmClock, r
                                            "phases_warm": warm.get("phase_seconds"),
                                            "shapes_warm": [r.get("seconds") for r in warm["shapes"]]}
     (out / "compare.json").write_text(json.dumps(res, indent=1))
+    (out / f"{name}-compare.json").write_text(json.dumps(operator_part(res, name), indent=1))
+
+
+def operator_part(res: dict, name: str) -> dict:
+    """compare()'s result for one operator alone (DIR/OPERATOR-compare.json), so that runs of one
+    operator each into one folder keep every operator's rows and seconds: compare.json holds the
+    last run's."""
+    return {**{k: v for k, v in res.items() if k not in ("rows", "seconds")},
+            "rows": [r for r in res["rows"] if r.get("operator") == name],
+            "seconds": {name: res.get("seconds", {}).get(name)}}
 
 
 def fusion(out: Path, shape_sets: list[str]) -> dict:

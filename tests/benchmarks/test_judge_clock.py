@@ -3,7 +3,7 @@ itself needs a CUDA machine)."""
 import math
 import time
 
-from benchmarks.judge_clock import SmClock
+from benchmarks.judge_clock import SmClock, operator_part
 
 FAKE = """#!/bin/sh
 # the arguments the sampler must pass, or nothing
@@ -76,3 +76,18 @@ def test_the_clock_over_several_spans_takes_the_samples_within_any(tmp_path, mon
     assert clock.over([(1.5, 2.5), (2.9, 3.1)]) == {"sm_mhz": 1450.0, "power_w": 695.0, "samples": 2}
     assert clock.during(0.0, 1.0) == {"sm_mhz": 1980.0, "power_w": 100.0, "samples": 1}
     assert clock.over([(5.0, 6.0)]) is None
+
+
+def test_each_operators_part_of_a_comparison_is_its_own():
+    """Runs of one operator each into one folder: compare.json is the last run's, and each
+    operator's own file keeps its rows and seconds (an earlier run's softmax file overwrote RMSNorm's
+    and GEMM's seconds)."""
+    res = {"device": "H100", "command": "x", "rows": [{"operator": "rmsnorm", "shape": "a"},
+                                                      {"operator": "gemm", "shape": "b"},
+                                                      {"operator": "rmsnorm", "shape": "c"}],
+           "seconds": {"rmsnorm": {"template": 1.0}, "gemm": {"template": 2.0}}}
+    part = operator_part(res, "rmsnorm")
+    assert part == {"device": "H100", "command": "x", "rows": [{"operator": "rmsnorm", "shape": "a"},
+                                                               {"operator": "rmsnorm", "shape": "c"}],
+                    "seconds": {"rmsnorm": {"template": 1.0}}}
+    assert len(res["rows"]) == 3 and set(res["seconds"]) == {"rmsnorm", "gemm"}  # the whole run unchanged
