@@ -123,5 +123,6 @@ def sessions(watch, x, n: int) -> dict:
     return {"sessions": n, "kernels_a_session": len(seen or ()), "missed": missed, "raw_missed": raw_missed,
             "lost": watch.lost - lost0}
 
+
 if __name__ == "__main__":
     sys.exit(main())
