@@ -13,9 +13,10 @@ With --sessions N (a GPU), it then runs four kernels of different names N times,
 session of torch's own profiler and then under the watch, and prints one line naming every
 session of either that did not record all four (and which it missed). Each session registers
 CUPTI's timestamp callback again, and some CUPTI versions then corrupt the timestamps of a
-session's first kernel records, one more each session (pytorch/pytorch#192021); the profiler drops
-them as outside its window, so a watch started once a batch would miss the first kernels of each
-later batch, but for its padding (`ablate/evaluate/_watch.py`).
+session's first kernel records, more as the process goes on (pytorch/pytorch#192021); the profiler
+drops them as outside its window, so a watch started once a batch would miss the first kernels of
+each later batch, but for its padding (`ablate/evaluate/_watch.py`, sized by the loss it sees: the
+line says how many of its fills were lost).
 """
 from __future__ import annotations
 
@@ -88,9 +89,13 @@ def main(argv=None) -> int:
 def sessions(watch, x, n: int) -> dict:
     """Over n rounds of four kernels each, one session of torch's own profiler (`torch.profiler`)
     then one of the watch: {sessions, kernels_a_session, raw_missed / missed: [[round, [kernels
-    not recorded]], ...], lost: the watch's sessions that did not record their sentinel}. The four
-    kernels' names are those the first round's watch recorded."""
+    not recorded]], ...], lost: the watch's sessions that did not record their sentinel,
+    padding_lost: the padding's fills whose records were lost (the loss the padding took),
+    padding: the fills a session opens with after them}. The four kernels' names are those the
+    first round's watch recorded."""
     import torch
+
+    from ablate.evaluate import _watch
 
     def four():
         y = x + 1.0
@@ -107,7 +112,7 @@ def sessions(watch, x, n: int) -> dict:
             four()
         return {e.name for e in prof.events() if e.device_type != torch.autograd.DeviceType.CPU}
 
-    lost0, seen, missed, raw_missed = watch.lost, None, [], []
+    lost0, padding_lost0, seen, missed, raw_missed = watch.lost, watch.padding_lost, None, [], []
     for i in range(n):
         raw = raw_kernels()
         watch.forget_kernels()
@@ -121,7 +126,7 @@ def sessions(watch, x, n: int) -> dict:
         if lost := sorted(seen - raw):
             raw_missed.append([i, [k[:80] for k in lost]])
     return {"sessions": n, "kernels_a_session": len(seen or ()), "missed": missed, "raw_missed": raw_missed,
-            "lost": watch.lost - lost0}
+            "lost": watch.lost - lost0, "padding_lost": watch.padding_lost - padding_lost0, "padding": _watch._padding[0]}
 
 
 if __name__ == "__main__":

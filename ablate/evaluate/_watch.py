@@ -21,14 +21,16 @@ SWITCHES = ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_enab
 TAMPERED = "the operator watch was stopped, restarted or blinded during the batch"
 KERNELS_PER_REPORT = 64  # device kernels first seen, named in one report (the rest in the next)
 # Each session of torch's profiler registers CUPTI's timestamp callback again, and some CUPTI versions
-# then corrupt the timestamps of a session's first kernel records, one more for each registration in
-# the process (pytorch/pytorch#192021); the profiler drops them as outside its window. A device
-# watch therefore opens with as many fills of its own as sessions started (at most PADDING_MAX: the
-# library process lives long), then a sentinel kernel (SENTINEL's): a session that did not record
-# the driver's sentinel lost records past the padding, and says so.
+# then corrupt the timestamps of a session's first kernel records, more as the process goes on
+# (pytorch/pytorch#192021: one more each registration, and more with the device's idle time); the
+# profiler drops them as outside its window. A device watch therefore opens each session with fills
+# of its own (PADDING_FILL's), then a sentinel kernel (SENTINEL's). The fills are sized by the loss
+# the process last saw (next_padding): a session that did not record the driver's sentinel lost
+# records past the padding, and says so.
 SENTINEL = "aten::bitwise_not"
-PADDING_MAX = 2048
-_sessions = [0]  # device sessions started in this process, any watch's
+PADDING_FILL = "aten::fill"
+PADDING_MIN, PADDING_MAX = 8, 2048
+_padding = [PADDING_MIN]  # fills the next device session of this process opens with, any watch's
 
 
 @dataclass
@@ -202,6 +204,7 @@ class OpWatch:
             self.on_device = False
             self.config, self.activities, self.threads = _profiler_config(torch)
         self.lost = 0  # device sessions whose sentinel was not recorded
+        self.padding_lost = 0  # padding fills whose kernel records CUPTI lost, over every session
         self.pad = torch.zeros(1, dtype=torch.int32, device="cuda" if self.on_device else "cpu")
         self.fill_, self.bitwise_not_ = torch.Tensor.fill_, torch.Tensor.bitwise_not_  # before any submission
         warnings.filterwarnings("ignore", module="torch.autograd.profiler")
@@ -217,9 +220,10 @@ class OpWatch:
         start, end = (f"ablate-watch-{os.urandom(8).hex()}-{w}" for w in ("start", "end"))
         self.sealed.switches["_prepare_profiler"](self.config, self.activities)
         self.sealed.switches["_enable_profiler"](self.config, self.activities)
+        padded = 0
         try:
             if self.on_device:
-                self._padding()
+                padded = self._padding()
             with self.mark(start):
                 pass
             yield
@@ -229,8 +233,11 @@ class OpWatch:
             try:
                 result = self.sealed.switches["_disable_profiler"]()
                 names, kernels = _recorded(result, self.known)
-                if self.on_device and not _ran(result, SENTINEL):
-                    self.lost += 1
+                if self.on_device:
+                    fills, sentinel = _head(result)
+                    self.lost += not sentinel
+                    self.padding_lost += max(0, padded - fills)
+                    _padding[0] = next_padding(padded, fills, sentinel)
             except Exception:  # noqa: BLE001 (no session left to stop: the kernel stopped it)
                 names, kernels = set(), []
         if start not in names or end not in names:
@@ -246,16 +253,17 @@ class OpWatch:
             if library := self.library_of(kernel):
                 self.ran_library.append(f"{kernel[:200]} ({library})")
 
-    def _padding(self) -> None:
-        """The session's first kernel records, the driver's own: one fill for each device session
-        this process has started, then the sentinel; run to the end before the caller queues
-        anything (a gated batch's calls wait behind its gate, which must not hold these)."""
-        _sessions[0] += 1
-        for _ in range(min(_sessions[0], PADDING_MAX)):
+    def _padding(self) -> int:
+        """The session's first kernel records, the driver's own: the process's padding of fills, then
+        the sentinel; run to the end before the caller queues anything (a gated batch's calls wait
+        behind its gate, which must not hold these). Returns how many fills it launched."""
+        n = _padding[0]
+        for _ in range(n):
             self.fill_(self.pad, 0)
         self.bitwise_not_(self.pad)
         if self.pad.is_cuda:
             self.torch.cuda.current_stream().synchronize()
+        return n
 
     def library_of(self, kernel: str) -> str | None:
         """Which of the task's libraries a device kernel is, or None: a candidate's own."""
@@ -334,17 +342,35 @@ def _recorded(result, known=frozenset()) -> tuple[set[str], list[tuple[str, str 
     return names, [(k, ops.get(c) if c else None) for k, c in fresh.items()]
 
 
-def _ran(result, op: str) -> bool:
-    """Whether a profile recorded a device kernel launched by an ATen operator named `op` (or an
-    overload of it: the kernel links to the innermost operator running). Any such kernel counts: a
-    kernel calling the sentinel's operator itself could stand in for the driver's, which matters only
-    where CUPTI lost more records than the padding, beyond the loss pytorch/pytorch#192021 reports."""
+def next_padding(padded: int, recorded: int, sentinel: bool) -> int:
+    """The fills the next session opens with, from this one's: it padded `padded` fills, the profile
+    recorded `recorded` of them, and the sentinel's kernel or not. Twice the fills lost, plus
+    PADDING_MIN (the loss grows with each session, pytorch/pytorch#192021), so a machine that loses
+    nothing pays PADDING_MIN fills a session, not one per session the process has started; twice
+    the padding when the sentinel was lost too (the loss is then unknown, past the padding). At
+    most PADDING_MAX."""
+    lost = max(0, padded - recorded)
+    grown = 2 * max(padded, PADDING_MIN) if not sentinel else PADDING_MIN + 2 * lost
+    return min(PADDING_MAX, grown)
+
+
+def _head(result) -> tuple[int, bool]:
+    """(how many of the driver's padding fills a profile recorded a device kernel of, whether it
+    recorded the sentinel's kernel). The fills are the PADDING_FILL operators before the first
+    SENTINEL one (the profiler numbers operators in the order they start), so a kernel's own
+    fills, later, do not count as the padding's. Any SENTINEL kernel counts as the sentinel's: a
+    kernel calling that operator itself could stand in for the driver's, which matters only where
+    CUPTI lost more records than the padding, and the next session's padding is then doubled."""
     from torch.autograd import DeviceType
 
     events = result.events()
-    ids = {e.correlation_id() for e in events
-           if e.device_type() == DeviceType.CPU and e.correlation_id() and e.name().startswith(op)}
-    return any(e.device_type() != DeviceType.CPU and e.linked_correlation_id() in ids for e in events)
+    ops = [(e.correlation_id(), e.name()) for e in events
+           if e.device_type() == DeviceType.CPU and e.correlation_id() and e.name().startswith("aten::")]
+    sentinels = {c for c, name in ops if name.startswith(SENTINEL)}
+    first = min(sentinels, default=0)
+    fills = {c for c, name in ops if name.startswith(PADDING_FILL) and c < first}
+    linked = [e.linked_correlation_id() for e in events if e.device_type() != DeviceType.CPU]
+    return sum(c in fills for c in linked), any(c in sentinels for c in linked)
 
 
 def _hooks_active(torch) -> str | None:

@@ -19,6 +19,7 @@ def test_sessions_adds_one_line_of_the_sessions_that_missed_a_kernel(tmp_path):
     assert watch_cost.main(["--calls", "1", "--repeats", "1", "--sessions", "3", "--out", str(out)]) == 0
     last = json.loads(out.read_text().splitlines()[-1])
     assert last["sessions"] == 3 and last["missed"] == []  # a CPU records no device kernel to miss
+    assert last["padding_lost"] == 0 and last["padding"] >= 0  # nor pads a session
 
 
 def test_a_negative_session_count_stops_it_in_one_line(capsys):

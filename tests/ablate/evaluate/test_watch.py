@@ -222,6 +222,8 @@ def _device_watch(events, library_kernels, library_ops=()):
         marks.append(name)
         yield
 
+    mark.names = marks
+
     def disable():
         return _Result([_Event(m) for m in marks[-2:]] + list(events))
 
@@ -308,46 +310,104 @@ def test_a_library_kernel_behind_a_flood_of_new_kernels_is_still_seen_in_its_bat
     assert len(watch.take_kernels()) == KERNELS_PER_REPORT
 
 
-def test_a_device_session_opens_with_its_padding_and_says_when_its_sentinel_was_lost(monkeypatch):
-    """A device watch starts each session with one fill per session started in the process, then
-    its sentinel kernel: CUPTI may lose as many head records as sessions (pytorch/pytorch#192021),
-    and the padding takes that loss. A session whose record lacks the sentinel lost more, and
-    counts in `lost` (the judge's `device_watch_incomplete`)."""
+def _padded_watch(monkeypatch, lose: list, own_fills: int = 0):
+    """A device watch whose profiler stand-in records each session's padding as CUPTI would, less
+    its first lose[0] kernel records (pytorch/pytorch#192021 drops a session's head); the kernel
+    then runs own_fills fills of its own. Returns (the watch, the fills each session padded)."""
     from ablate.evaluate import _watch
 
-    sentinel = [_Event("aten::bitwise_not_", corr=40), _Event("aten::bitwise_not", corr=41),
-                _Event("vectorized_elementwise_kernel<bitwise_not>", True, linked=41)]
-    launched = []
-    watch = _device_watch(sentinel, {})
+    monkeypatch.setattr(_watch, "_padding", [_watch.PADDING_MIN])
+    watch, padded, launched = _device_watch([], {}), [], []
     watch.fill_ = lambda t, v: launched.append("fill")
     watch.bitwise_not_ = lambda t: launched.append("sentinel")
-    before = _watch._sessions[0]
-    for _ in range(2):
+    marks = watch.mark
+
+    def disable():
+        ops, kernels = [], []
+        for i, what in enumerate(launched, start=1):  # the profiler numbers operators in order
+            ops += [_Event("aten::fill_" if what == "fill" else "aten::bitwise_not_", corr=i)]
+            kernels += [_Event("vectorized_elementwise_kernel<FillFunctor>" if what == "fill"
+                               else "vectorized_elementwise_kernel<bitwise_not>", True, linked=i)]
+        padded.append(launched.count("fill") - own_fills)
         launched.clear()
+        return _Result([_Event(m) for m in marks.names[-2:]] + ops + kernels[lose[0]:])
+
+    watch.sealed.switches["_disable_profiler"] = disable
+    return watch, padded, launched
+
+
+def test_a_device_session_opens_with_padding_sized_by_the_loss_seen_and_says_when_it_lost_its_sentinel(monkeypatch):
+    """A device watch starts each session with fills of its own, then its sentinel kernel: CUPTI may
+    lose a session's first kernel records, more as the process goes on (pytorch/pytorch#192021),
+    and the fills take that loss. The next session pads twice the fills lost plus PADDING_MIN, so a
+    machine that loses nothing pays PADDING_MIN a session however long the process lives (the
+    library process's padding grew by one each session before). A session that lost its sentinel
+    too counts in `lost` (the judge's `device_watch_incomplete`) and doubles the padding."""
+    from ablate.evaluate import _watch
+
+    lose = [0]
+    watch, padded, launched = _padded_watch(monkeypatch, lose)
+    for _ in range(50):  # a long-lived process losing nothing: the padding stays at its least
         with watch.watch():
-            launched.append("calls")
-        assert launched == ["fill"] * _watch._sessions[0] + ["sentinel", "calls"]
-    assert _watch._sessions[0] == before + 2 and watch.lost == 0
-    monkeypatch.setattr(_watch, "_sessions", [_watch.PADDING_MAX + 5])  # a long-lived process (the library's): capped
-    launched.clear()
+            pass
+    assert padded == [_watch.PADDING_MIN] * 50 and watch.lost == 0 and watch.padding_lost == 0
+    for loss, pads in ((3, _watch.PADDING_MIN), (4, _watch.PADDING_MIN + 6), (5, _watch.PADDING_MIN + 8)):
+        lose[0] = loss  # a growing loss, taken by the padding: nothing missed, nothing flagged
+        with watch.watch():
+            pass
+        assert padded[-1] == pads and watch.lost == 0
+    assert watch.padding_lost == 12 and _watch._padding[0] == _watch.PADDING_MIN + 10
+    lose[0] = 100  # past the padding and the sentinel: said, and the padding doubled
     with watch.watch():
         pass
-    assert launched == ["fill"] * _watch.PADDING_MAX + ["sentinel"]
-    unlinked = _device_watch([sentinel[0], _Event("vectorized_elementwise_kernel<bitwise_not>", True, linked=0)], {})
-    with unlinked.watch():  # the sentinel's operator ran, its kernel's record did not come
+    assert watch.lost == 1 and _watch._padding[0] == 2 * (_watch.PADDING_MIN + 10) and watch.findings() == {}
+    monkeypatch.setattr(_watch, "_padding", [_watch.PADDING_MAX])
+    lose[0] = 10 * _watch.PADDING_MAX
+    with watch.watch():
         pass
-    assert unlinked.lost == 1 and unlinked.findings() == {}  # said apart: CUPTI's loss, not the kernel's doing
+    assert padded[-1] == _watch.PADDING_MAX and watch.lost == 2 and _watch._padding[0] == _watch.PADDING_MAX  # capped
+
+
+def test_a_kernels_own_fills_do_not_pass_for_the_padding(monkeypatch):
+    """The padding's fills are those before the sentinel: a kernel launching fills of its own, after
+    it, cannot make a lost padding look recorded and so shrink the next session's padding below
+    the loss (its records would then go unseen)."""
+    from ablate.evaluate import _watch
+
+    lose = [6]
+    watch, padded, launched = _padded_watch(monkeypatch, lose, own_fills=20)
+    with watch.watch():
+        launched.extend(["fill"] * 20)
+    assert watch.padding_lost == 6 and _watch._padding[0] == _watch.PADDING_MIN + 12
+
+
+def test_a_sentinel_whose_kernel_was_not_recorded_is_a_lost_session(monkeypatch):
+    """The sentinel's operator ran, its kernel's record did not come: CUPTI's loss, said apart from
+    anything the kernel did."""
+    from ablate.evaluate import _watch
+
+    monkeypatch.setattr(_watch, "_padding", [_watch.PADDING_MIN])
+    sentinel = [_Event("aten::bitwise_not_", corr=40), _Event("vectorized_elementwise_kernel<bitwise_not>", True, linked=0)]
+    unlinked = _device_watch(sentinel, {})
+    unlinked.fill_ = unlinked.bitwise_not_ = lambda *a: None
+    with unlinked.watch():
+        pass
+    assert unlinked.lost == 1 and unlinked.findings() == {}
 
 
 @pytest.mark.gpu
 def test_a_late_watch_still_records_every_kernel_its_batch_ran():
-    """Some CUPTI versions corrupt the timestamps of a session's first kernel records, one more each
+    """Some CUPTI versions corrupt the timestamps of a session's first kernel records, more each
     session torch's profiler starts (pytorch/pytorch#192021), and the profiler drops them: a watch
     started once a batch would then miss the first kernels of every later batch, a library's
-    among them."""
+    among them. The padding counts its own fills on the device's real records (the profiler's
+    operator numbering and links): where nothing was lost, it counts none lost."""
+    from ablate.evaluate import _watch
     from benchmarks.watch_cost import sessions
 
     watch = OpWatch(RMSNORM_OPS, device="cuda")
     got = sessions(watch, torch.randn(64, 64, device="cuda"), 60)
     assert got["kernels_a_session"] == 4
     assert got["missed"] == [] and got["lost"] == 0, got
+    if not got["raw_missed"]:  # CUPTI lost nothing here: the padding's own count says so, and it stayed least
+        assert got["padding_lost"] == 0 and got["padding"] == _watch.PADDING_MIN, got
