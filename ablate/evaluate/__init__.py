@@ -55,7 +55,7 @@ Result keys: verdict, reasons, details {reason: message}, operator, shape_set, s
 seed, evaluator_version, sandbox ("bwrap" | "none", with sandbox_note when unconfined), timing
 ("judge-clock" | "cpu-interpreted" | "none"), device, ceilings, checks {reason:
 pass|fail|skip}, static_flags, flags, shapes [{shape, shape_id, correct, max_abs_error, error,
-time_ms {median, p10, p90, n, batches, voided, calls_per_batch, protocol_ms}, wall_ms, baselines_ms, baselines_skipped,
+time_ms {median, p10, p90, n, batches, voided, calls_per_batch, protocol_ms, copy_in_us on a GPU}, wall_ms, baselines_ms, baselines_skipped,
 baselines_noisy, baselines_contended, best_baseline, speedup_vs_best, sol_fraction, floor_ms, flags, voided_batches,
 contention, seconds {references, checking, timing; and within them placing (the input sets into
 their slots, the judge's device work done), peer (waiting for the candidate's reports of its calls;

@@ -62,11 +62,12 @@ def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool)
 
 class GpuTiming:
     """ShapeJudge's GPU timing (it supplies peer, slots, kernels, words, stream, call_msg,
-    receive_called, receive_ran, outputs, check_timed, failures_of, timed_inputs, draw and spending)."""
+    receive_called, receive_ran, copy_out, check_timed, failures_of, timed_inputs, draw and spending)."""
 
     # gpu_batch's state, defaulted here so every caller (time_gpu, which resets it, and protocol_cost)
     # starts from it
     fill_ns: float | None = None
+    fills: list | None = None  # every batch's copy-in, ns a call (time_gpu's batches)
     max_n: int = 1 << 20
     # a batch the device has run and the judge has not yet judged: (b, n, its report, the drawn calls'
     # staged inputs, the drawn calls, their copies); judged while the peer queues the next batch (settle)
@@ -79,7 +80,7 @@ class GpuTiming:
         library process, never the candidate's), taken off every batch's window."""
         start_wall = time.monotonic()
         per_call, windows, sizes, est, b, timed_ms = [], [], [], None, 0, 0.0
-        self.fill_ns, self.max_n = None, self.slots.count
+        self.fill_ns, self.max_n, self.fills = None, self.slots.count, []
         while True:
             b += 1
             n = min(2, self.max_n) if est is None else \
@@ -108,9 +109,13 @@ class GpuTiming:
             return None
         s = sorted(per_call)
         q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
+        rest = self.fills[1:] or self.fills
         return {"median": median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": median(windows),
                 "batches": b, "voided": len(self.voided), "calls_per_batch": round(median(sizes)),
-                "protocol_ms": protocol_ms}
+                "protocol_ms": protocol_ms,
+                # the yardstick and what the batches after it took, void ones too: how near the slack they ran
+                "copy_in_us": {"first": round(self.fills[0] / 1e3, 2), "median": round(median(rest) / 1e3, 2),
+                               "max": round(max(rest) / 1e3, 2)}}
 
     def protocol_cost(self) -> float | None:
         """What the protocol itself adds to a batch's window, in ms, or None when no batch of a
@@ -149,6 +154,8 @@ class GpuTiming:
         window, why, fill = batch_verdict(words, n, self.fill_ns, queued)
         if self.fill_ns is None:
             self.fill_ns = fill
+        if self.fills is not None:
+            self.fills.append(fill)
         if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
             self.max_n = max(1, n // 4)
             if "not all queued" not in why:
@@ -181,12 +188,8 @@ class GpuTiming:
         _cuda.wait_value(st, self.slots.marker_ptr, b)
         k.stamp(st, ptr + 3 * 8)
         k.witness(st, ptr + 24 * 8, WITNESS_NS, GAP_NS)
-        snap = {}
         try:
-            for j in drawn:
-                rep = msg["calls"][j] if j < len(msg["calls"]) else {"reason": "missing"}
-                outs = None if rep.get("reason") else self.outputs(rep)
-                snap[j] = (outs, [v.clone() if isinstance(v, torch.Tensor) else v for v in views[j]])
+            snap = self.copy_out(msg, drawn, views)
         except (_exchange.Malformed, IndexError, TypeError) as e:
             self._release(b)
             raise _gone(f"protocol: {e}") from None
@@ -244,7 +247,7 @@ class GpuTiming:
 
     def _check_batch(self, msg: dict, staged, drawn, snap, n: int, fails: dict) -> bool:
         if any(c.get("reason") for c in msg["calls"]) or len(msg["calls"]) < n:
-            self.check_timed(msg, staged, [], fails)
+            self.check_timed(msg, staged, [], fails, {})
             return False
         if any(snap[j][0] is None for j in drawn):
             fails.setdefault("protocol_violation", "a timed call's outputs were not described")

@@ -246,6 +246,16 @@ class ShapeJudge(GpuTiming):
                 raise _exchange.Malformed(f"an output described as {str(e)[:160]}: {err}") from None
         return outs
 
+    def copy_out(self, msg: dict, drawn, views) -> dict:
+        """{call: (its outputs, or None where reported with a reason; its inputs)}: the judge's own
+        copies (views: each call's slot views). Raises Malformed, IndexError or TypeError."""
+        snap = {}
+        for j in drawn:
+            rep = msg["calls"][j] if j < len(msg["calls"]) else {"reason": "missing"}
+            outs = None if rep.get("reason") else self.outputs(rep)
+            snap[j] = (outs, [v.clone() if isinstance(v, self.torch.Tensor) else v for v in views[j]])
+        return snap
+
     @staticmethod
     def failures_of(rep: dict, fails: dict, prefix: str) -> None:
         for reason, text in (rep.get("failures") or {}).items():
@@ -347,14 +357,16 @@ class ShapeJudge(GpuTiming):
                            calls=self.call_msg(range(count)))
             msg = self.receive_called(b)
             ms = (time.perf_counter() - t0) * 1e3 / count
+            # all copied out before any is judged: a kernel's thread writing later calls' outputs meanwhile is seen
+            snap = self.copy_out(msg, range(count), [self.slots.views(j, self.entry_plan) for j in range(count)])
             self.failures_of(msg, fails, "during timing: ")
-            if not self.check_timed(msg, staged, range(count), fails):
+            if not self.check_timed(msg, staged, range(count), fails, snap):
                 return None
         return {"median": ms, "p10": ms, "p90": ms, "n": n, "wall_ms": ms, "batches": 1}
 
-    def check_timed(self, msg: dict, staged, drawn, fails: dict, snap=None) -> bool:
+    def check_timed(self, msg: dict, staged, drawn, fails: dict, snap: dict) -> bool:
         """The drawn calls of a timed batch: outputs right for their own inputs, inputs unchanged.
-        snap: {call: (outputs, inputs)} copied out right after the batch (GPU)."""
+        snap: {call: (outputs, inputs)} copied out right after the batch (copy_out)."""
         with self.spending("timed_checks"):
             return self._check_timed(msg, staged, drawn, fails, snap)
 
@@ -373,11 +385,7 @@ class ShapeJudge(GpuTiming):
             return False
         for j in drawn:
             ins, dist = staged[j]
-            if snap is not None:
-                outs, seen = snap[j]
-            else:
-                outs = self.outputs(calls[j])
-                seen = self.slots.views(j, self.entry_plan)
+            outs, seen = snap[j]
             if isinstance(outs, dict):
                 fails.update({k: f"timed call {j}: {v}" for k, v in outs.items() if k not in fails})
                 return False

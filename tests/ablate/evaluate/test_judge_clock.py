@@ -377,7 +377,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "19"
+    assert r["evaluator_version"] == "20"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 
@@ -500,6 +500,8 @@ def test_a_batch_not_queued_in_time_shrinks_the_next_and_its_void_line_says_so()
     assert first > 16 and t.voided[0].startswith(f"batch 2: {first} calls: the inputs took")
     assert t.voided[0].endswith("its calls were not all queued in time")
     assert t.sizes[2] <= first // 4 and all(n <= 16 for n in t.sizes[2:])
+    # the row says how near the yardstick every batch's copy-in ran, the void one's too (us a call)
+    assert got["copy_in_us"] == {"first": 10.0, "median": 10.0, "max": 50.0}
 
 
 def test_a_batchs_length_is_drawn_so_no_call_knows_it_ends_the_batch():
@@ -667,18 +669,57 @@ def test_a_cpu_timing_leaves_out_a_first_call_on_the_shape(monkeypatch):
 
     monkeypatch.setattr(_shape.time, "perf_counter", lambda: clock[0])
     sj = object.__new__(ShapeJudge)
-    sj.i, sj.entry_plan, sj.slots = 0, None, SimpleNamespace(count=8, place=lambda *a: None)
+    sj.i, sj.entry_plan, sj.slots = 0, None, SimpleNamespace(count=8, place=lambda *a: None, views=lambda j, plan: [])
     sj.peer = SimpleNamespace(send=send)
+    sj.copy_out = lambda msg, drawn, views: {}
     sj.timed_inputs = lambda b, j: ((b, j), "timed")
     sj.call_msg = lambda ks: [{} for _ in ks]
     sj.receive_called = lambda b: {"batch": b, "calls": []}
     sj.failures_of = lambda msg, fails, prefix: None
     checked = []
-    sj.check_timed = lambda msg, staged, drawn, fails: checked.append([ins for ins, _ in staged]) or True
+    sj.check_timed = lambda msg, staged, drawn, fails, snap: checked.append([ins for ins, _ in staged]) or True
     got = ShapeJudge.time_cpu(sj, {})
     assert sent == [(1, 1), (2, _shape.CPU_CALLS)]
     assert got["median"] == pytest.approx(1.0) and got["n"] == _shape.CPU_CALLS  # ms a call, the cold one left out
     assert checked == [[(1, 0)], [(2, j) for j in range(_shape.CPU_CALLS)]]  # every call's outputs checked, fresh inputs
+
+
+def test_a_cpu_timing_copies_every_calls_outputs_out_before_judging_any(monkeypatch):
+    """A kernel whose timed calls return at once, a thread of its own writing their outputs while
+    the judge checks the first call's (kernels/worker_ahead.py), would be timed at the speed of
+    returning if each output were read only when its turn came: every call's outputs are copied
+    out as the batch is reported, before any is judged, and read as the kernel left them then."""
+    import contextlib
+
+    from ablate.evaluate import _shape
+
+    memory = {}  # (batch, call) -> what the kernel has written there
+
+    def receive_called(b):  # each batch's first call computed in the call; the others left to the thread
+        memory.update({(b, j): "right" if j == 0 else "unwritten" for j in range(_shape.CPU_CALLS)})
+        return {"batch": b, "calls": [{"at": (b, j)} for j in range(1 if b == 1 else _shape.CPU_CALLS)]}
+
+    def reference_outputs(op, ins):  # the judge at work on a call: meanwhile the thread writes every output
+        memory.update(dict.fromkeys(memory, "right"))
+        return ins
+
+    monkeypatch.setattr(_shape._correctness, "reference_outputs", reference_outputs)
+    monkeypatch.setattr(_shape._correctness, "judge_own_input",
+                        lambda op, outs, refs, ins, env: {} if outs == ["right"] else {"incorrect": f"{outs}"})
+    sj = object.__new__(ShapeJudge)
+    sj.i, sj.entry_plan, sj.torch = 0, None, torch
+    sj.slots = SimpleNamespace(count=8, place=lambda *a: None, views=lambda j, plan: [])
+    sj.peer = SimpleNamespace(send=lambda *a, **k: None)
+    sj.timed_inputs = lambda b, j: ((b, j), "timed")
+    sj.call_msg = lambda ks: [{} for _ in ks]
+    sj.receive_called = receive_called
+    sj.outputs = lambda rep: [memory[rep["at"]]]
+    sj.failures_of = lambda msg, fails, prefix: None
+    sj.spending = lambda name: contextlib.nullcontext()
+    sj.ev, sj.plan = SimpleNamespace(op=None), {"envelopes": {"timed": None}}
+    fails: dict = {}
+    assert ShapeJudge.time_cpu(sj, fails) is None
+    assert fails == {"stale_output": "timed call 1: ['unwritten']"}
 
 
 def test_a_kernel_wrong_on_one_input_set_alone_is_named_by_that_set(tmp_path):

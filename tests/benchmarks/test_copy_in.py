@@ -1,0 +1,39 @@
+"""benchmarks/copy_in.py's kernels: each the honest Triton RMSNorm with one piece of fused_batch's
+twin added, each an honest kernel the judge accepts (on a CPU here; the copy-in it measures is a GPU's)."""
+import ast
+import json
+
+import pytest
+
+from benchmarks import copy_in
+
+
+def test_each_kernel_adds_the_one_piece_it_names():
+    src = copy_in.variants()
+    assert set(src) == set(copy_in.NAMES)
+    for name, text in src.items():
+        ast.parse(text, name)
+    launches = {name: text.count("_rmsnorm[(M,)]") for name, text in src.items()}
+    assert launches == {"honest": 1, "launches2": 1, "launches8": 1, "pinread": 1, "setitems": 1, "twin": 0}
+    assert "range(2)" in src["launches2"] and "range(8)" in src["launches8"]
+    assert "_peek[(1,)]" in src["pinread"] and "host[0]" not in src["pinread"]
+    assert "host[0], host[1]" in src["setitems"] and "_peek[(1,)]" not in src["setitems"]
+    assert "\nFUSE = False\n" in src["twin"]
+
+
+def test_a_kernel_source_that_moved_on_is_one_line_naming_what_to_edit(tmp_path, monkeypatch):
+    (tmp_path / "honest_triton.py").write_text("def kernel(x, weight):\n    return x\n")
+    (tmp_path / "fused_batch.py").write_text("FUSE = True\n")
+    monkeypatch.setattr(copy_in, "KERNELS", tmp_path)
+    with pytest.raises(SystemExit) as e:
+        copy_in.variants()
+    assert "honest_triton.py no longer has" in str(e.value) and "edit benchmarks/copy_in.py" in str(e.value)
+
+
+def test_the_pinned_memory_kernels_are_honest_and_each_gets_its_line(tmp_path, capsys):
+    assert copy_in.main(["--out", str(tmp_path), "--kernels", "pinread", "setitems"]) == 0
+    lines = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert [ln["kernel"] for ln in lines] == ["pinread", "setitems"]
+    assert all(ln["verdict"] == "accepted" for ln in lines), lines
+    assert all(s["time_ms"] and s["copy_in_us"] is None for ln in lines for s in ln["shapes"])  # a CPU: no copy-in
+    assert json.loads((tmp_path / "copy-in.json").read_text())["rows"] == lines
