@@ -19,8 +19,9 @@ kernel, and on two H100s every batch of one smoke shape was voided so (21 us a c
 
 Each is judged on the shape set. One JSON line a kernel on stdout, all of them in DIR/copy-in.json:
 the verdict and reasons, and per shape the judged time a call, `copy_in_us` (the yardstick, then
-the median and the largest of the batches after it, void ones included), the calls a batch, the
-batches voided and the first void lines.
+the median and the largest of the batches after it, void ones included, and `host_median`, the
+judge's host queueing the copies: a copy-in far above it waited on the device), the calls a batch,
+the batches voided and the first void lines.
 """
 from __future__ import annotations
 

@@ -68,6 +68,10 @@ class GpuTiming:
     # starts from it
     fill_ns: float | None = None
     fills: list | None = None  # every batch's copy-in, ns a call (time_gpu's batches)
+    # the host's part: how long the judge took to queue a batch's copies, ns a call (run_batch sets it;
+    # a copy-in far above it waited on the device, one near it on the host)
+    queue_ns: float | None = None
+    queues: list | None = None
     max_n: int = 1 << 20
     # a batch the device has run and the judge has not yet judged: (b, n, its report, the drawn calls'
     # staged inputs, the drawn calls, their copies); judged while the peer queues the next batch (settle)
@@ -80,7 +84,7 @@ class GpuTiming:
         library process, never the candidate's), taken off every batch's window."""
         start_wall = time.monotonic()
         per_call, windows, sizes, est, b, timed_ms = [], [], [], None, 0, 0.0
-        self.fill_ns, self.max_n, self.fills = None, self.slots.count, []
+        self.fill_ns, self.max_n, self.fills, self.queues = None, self.slots.count, [], []
         while True:
             b += 1
             n = min(2, self.max_n) if est is None else \
@@ -110,12 +114,14 @@ class GpuTiming:
         s = sorted(per_call)
         q = lambda p: s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]  # noqa: E731
         rest = self.fills[1:] or self.fills
+        # the yardstick and what the batches after it took, void ones too: how near the slack they ran
+        copy_in = {"first": round(self.fills[0] / 1e3, 2), "median": round(median(rest) / 1e3, 2),
+                   "max": round(max(rest) / 1e3, 2)}
+        if self.queues:
+            copy_in["host_median"] = round(median(self.queues) / 1e3, 2)
         return {"median": median(s), "p10": q(0.1), "p90": q(0.9), "n": len(s), "wall_ms": median(windows),
                 "batches": b, "voided": len(self.voided), "calls_per_batch": round(median(sizes)),
-                "protocol_ms": protocol_ms,
-                # the yardstick and what the batches after it took, void ones too: how near the slack they ran
-                "copy_in_us": {"first": round(self.fills[0] / 1e3, 2), "median": round(median(rest) / 1e3, 2),
-                               "max": round(max(rest) / 1e3, 2)}}
+                "protocol_ms": protocol_ms, "copy_in_us": copy_in}
 
     def protocol_cost(self) -> float | None:
         """What the protocol itself adds to a batch's window, in ms, or None when no batch of a
@@ -156,6 +162,12 @@ class GpuTiming:
             self.fill_ns = fill
         if self.fills is not None:
             self.fills.append(fill)
+        if self.queue_ns is not None:
+            if self.queues is not None:
+                self.queues.append(self.queue_ns)
+            if why is not None and "to copy in" in why:
+                why += f" (the judge queued them in {self.queue_ns / 1e3:.1f} us a call)"
+            self.queue_ns = None
         if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
             self.max_n = max(1, n // 4)
             if "not all queued" not in why:
@@ -179,7 +191,9 @@ class GpuTiming:
         drawn = sorted(set(self.draw(n))) if queued else []
         # the start: the inputs into the slots, a witness, the gate
         k.stamp(st, ptr + 0)
+        t0 = time.perf_counter_ns()
         views = [self.slots.place(j, ins, self.entry_plan) for j, (ins, _) in enumerate(staged)]
+        self.queue_ns = (time.perf_counter_ns() - t0) / n
         k.stamp(st, ptr + 8)
         k.witness(st, ptr + 16 * 8, WITNESS_NS, GAP_NS)
         k.open(st, ptr + 2 * 8, self.slots.gate_ptr, b)

@@ -488,6 +488,7 @@ def test_a_batch_not_queued_in_time_shrinks_the_next_and_its_void_line_says_so()
     class Overflowing(_Batches.__new__(_Batches, 0.05, 0.0).__class__):
         def run_batch(self, b, n, fails, est_ms):
             self.sizes.append(n)
+            self.queue_ns = 4_000  # the judge's host queued the copies in 4 us a call: the device was slow
             if n > 16:  # the queue holds 16 calls' launches: copied in slowly, and not all queued
                 return _words(window_ns=round(n * 0.05e6), fill_ns=10_000 * n * 5), False
             return _batch_words(n * 0.05, n)
@@ -498,10 +499,13 @@ def test_a_batch_not_queued_in_time_shrinks_the_next_and_its_void_line_says_so()
     assert got is not None and got["median"] == pytest.approx(0.05)
     first = t.sizes[1]
     assert first > 16 and t.voided[0].startswith(f"batch 2: {first} calls: the inputs took")
-    assert t.voided[0].endswith("its calls were not all queued in time")
+    assert t.voided[0].endswith("10.0 us the first time (the judge queued them in 4.0 us a call); "
+                                "its calls were not all queued in time")
     assert t.sizes[2] <= first // 4 and all(n <= 16 for n in t.sizes[2:])
-    # the row says how near the yardstick every batch's copy-in ran, the void one's too (us a call)
-    assert got["copy_in_us"] == {"first": 10.0, "median": 10.0, "max": 50.0}
+    # the row says how near the yardstick every batch's copy-in ran, the void one's too, and how long
+    # the judge's host took to queue the copies (us a call): a copy-in far above that waited on the device
+    assert got["copy_in_us"] == {"first": 10.0, "median": 10.0, "max": 50.0, "host_median": 4.0}
+    assert _Batches(0.05, 0.0).time_gpu({})["copy_in_us"] == {"first": 10.0, "median": 10.0, "max": 10.0}
 
 
 def test_a_batchs_length_is_drawn_so_no_call_knows_it_ends_the_batch():
