@@ -49,7 +49,9 @@ def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool)
     window = (words[3] - words[2]) / 1e6
     fill = (words[1] - words[0]) / n  # per call: batches differ in size
     if fill_ns is not None and fill > fill_ns * FILL_SLACK + FILL_SLACK_NS / n:
-        return window, f"the inputs took {fill / 1e3:.1f} us a call to copy in, {fill_ns / 1e3:.1f} us the first time", fill
+        g = gaps(words[16:21])  # said too: a slow copy-in beside no other context's slice right after it
+        return window, (f"the inputs took {fill / 1e3:.1f} us a call to copy in, {fill_ns / 1e3:.1f} us the first "
+                        f"time; the witness before the start saw {g['gap_ns'] / 1e3:.0f} us of gaps"), fill
     for name, at in (("before the start", 16), ("after the end", 24), ("after the check", 32)):
         g = gaps(words[at:at + 5])
         if g["gaps"]:
@@ -166,7 +168,7 @@ class GpuTiming:
             if self.queues is not None:
                 self.queues.append(self.queue_ns)
             if why is not None and "to copy in" in why:
-                why += f" (the judge queued them in {self.queue_ns / 1e3:.1f} us a call)"
+                why += f"; the judge's host queued the copies in {self.queue_ns / 1e3:.1f} us a call"
             self.queue_ns = None
         if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
             self.max_n = max(1, n // 4)

@@ -413,6 +413,9 @@ def test_a_batch_is_void_when_its_inputs_took_far_longer_to_copy_in_than_at_firs
     assert batch_verdict(_words(fill_ns=120_000), 10, 10_000, queued=True)[1] is None  # within the slack
     slow = int(10 * (10_000 * FILL_SLACK + 10_000))
     assert "to copy in" in batch_verdict(_words(fill_ns=slow), 10, 10_000, queued=True)[1]
+    # the void line says too what the witness right after the copy-in saw: another context's slice or none
+    assert batch_verdict(_words(fill_ns=slow, gap_at=16), 10, 10_000, queued=True)[1].endswith(
+        "the witness before the start saw 2400 us of gaps")
 
 
 def test_a_batch_whose_calls_were_not_queued_before_the_gate_is_void():
@@ -499,8 +502,8 @@ def test_a_batch_not_queued_in_time_shrinks_the_next_and_its_void_line_says_so()
     assert got is not None and got["median"] == pytest.approx(0.05)
     first = t.sizes[1]
     assert first > 16 and t.voided[0].startswith(f"batch 2: {first} calls: the inputs took")
-    assert t.voided[0].endswith("10.0 us the first time (the judge queued them in 4.0 us a call); "
-                                "its calls were not all queued in time")
+    assert t.voided[0].endswith("10.0 us the first time; the witness before the start saw 0 us of gaps; "
+                                "the judge's host queued the copies in 4.0 us a call; its calls were not all queued in time")
     assert t.sizes[2] <= first // 4 and all(n <= 16 for n in t.sizes[2:])
     # the row says how near the yardstick every batch's copy-in ran, the void one's too, and how long
     # the judge's host took to queue the copies (us a call): a copy-in far above that waited on the device
