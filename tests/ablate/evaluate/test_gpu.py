@@ -37,6 +37,10 @@ def test_honest_triton_is_accepted_with_gpu_timing(judged):
     cost, per_batch = s["time_ms"]["protocol_ms"], s["time_ms"]["calls_per_batch"]
     assert 0 < cost < 2.0 and "protocol_cost_unmeasured" not in r["flags"]
     assert s["wall_ms"] == pytest.approx(s["time_ms"]["median"] + cost / per_batch, rel=0.05)
+    # the inputs' copy-in a call: the yardstick, the batches after it within its slack, the host's part
+    copy_in = s["time_ms"]["copy_in_us"]
+    assert set(copy_in) == {"first", "median", "max", "host_median"} and 0 < copy_in["host_median"]
+    assert 0 < copy_in["median"] <= copy_in["max"] <= copy_in["first"] * 1.5 + 50  # no batch void: each within its slack
     # what the device ran for it, as the watch's profile recorded it: its own Triton kernel
     assert any(k.startswith("_rmsnorm") for k in s["device_kernels"]), s["device_kernels"]
     assert "device_unwatched" not in r["flags"]
