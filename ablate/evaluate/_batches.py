@@ -68,12 +68,11 @@ class GpuTiming:
 
     # gpu_batch's state, defaulted here so every caller (time_gpu, which resets it, and protocol_cost)
     # starts from it
-    fill_ns: float | None = None
-    fills: list | None = None  # every batch's copy-in, ns a call (time_gpu's batches)
-    # the host's part: how long the judge took to queue a batch's copies, ns a call (run_batch sets it;
-    # a copy-in far above it waited on the device, one near it on the host)
+    fills: tuple = ()  # every batch's copy-in, ns a call; the first is the yardstick for the rest
+    # the host's part: how long the judge took to queue a batch's copies, ns a call (run_batch sets
+    # queue_ns for gpu_batch; a copy-in far above it waited on the device, one near it on the host)
     queue_ns: float | None = None
-    queues: list | None = None
+    queues: tuple = ()
     max_n: int = 1 << 20
     # a batch the device has run and the judge has not yet judged: (b, n, its report, the drawn calls'
     # staged inputs, the drawn calls, their copies); judged while the peer queues the next batch (settle)
@@ -86,7 +85,7 @@ class GpuTiming:
         library process, never the candidate's), taken off every batch's window."""
         start_wall = time.monotonic()
         per_call, windows, sizes, est, b, timed_ms = [], [], [], None, 0, 0.0
-        self.fill_ns, self.max_n, self.fills, self.queues = None, self.slots.count, [], []
+        self.max_n, self.fills, self.queues = self.slots.count, (), ()
         while True:
             b += 1
             n = min(2, self.max_n) if est is None else \
@@ -153,20 +152,16 @@ class GpuTiming:
 
     def gpu_batch(self, b: int, n: int, fails: dict, est_ms: float | None):
         """One gated batch of n calls: (window ms, why it is void or None), or None when the kernel
-        failed (fails says why). The first clean batch's copy-in time is the yardstick for later
-        ones (fill_ns); a batch whose calls could not all be queued caps later batches (max_n)."""
+        failed (fails says why). The first batch's copy-in time is the yardstick for later ones
+        (fills); a batch whose calls could not all be queued caps later batches (max_n)."""
         got = self.run_batch(b, n, fails, est_ms)
         if got is None:
             return None
         words, queued = got
-        window, why, fill = batch_verdict(words, n, self.fill_ns, queued)
-        if self.fill_ns is None:
-            self.fill_ns = fill
-        if self.fills is not None:
-            self.fills.append(fill)
+        window, why, fill = batch_verdict(words, n, self.fills[0] if self.fills else None, queued)
+        self.fills += (fill,)
         if self.queue_ns is not None:
-            if self.queues is not None:
-                self.queues.append(self.queue_ns)
+            self.queues += (self.queue_ns,)
             if why is not None and "to copy in" in why:
                 why += f"; the judge's host queued the copies in {self.queue_ns / 1e3:.1f} us a call"
             self.queue_ns = None
