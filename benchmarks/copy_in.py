@@ -17,7 +17,9 @@ kernel, and on two H100s every batch of one smoke shape was voided so (21 us a c
   setitems   four Python writes into pinned host memory a call (the twin writes its table so)
   twin       fused_batch.py with FUSE = False
 
-Each is judged on the shape set. One JSON line a kernel on stdout, all of them in DIR/copy-in.json:
+Each is judged on the shape set against one library (torch_F.rms_norm: the copy-in does not depend
+on the libraries, and the others' cold calibration took minutes), the evaluation's progress on
+stderr. One JSON line a kernel on stdout, all of them in DIR/copy-in.json:
 the verdict and reasons, and per shape the judged time a call, `copy_in_us` (the yardstick, then
 the median and the largest of the batches after it, void ones included, and `host_median`, the
 judge's host queueing the copies: a copy-in far above it waited on the device), the calls a batch,
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 KERNELS = Path(__file__).resolve().parent.parent / "tests" / "ablate" / "evaluate" / "kernels"
 LAUNCH = "    _rmsnorm[(M,)](x, weight, y, N, x.stride(0), 1e-6, BLOCK=triton.next_power_of_2(N))"
@@ -85,7 +89,8 @@ def row(name: str, result: dict, seconds: float) -> dict:
     for s in result.get("shapes") or []:
         t = s.get("time_ms") or {}
         shapes.append({"shape": s.get("shape_id"), "time_ms": t.get("median"), "copy_in_us": t.get("copy_in_us"),
-                       "calls_per_batch": t.get("calls_per_batch"), "batches": t.get("batches"),
+                       "calls_per_batch": t.get("calls_per_batch"),
+                       "libraries": sorted(s.get("baselines_ms") or {}), "batches": t.get("batches"),
                        "voided": t.get("voided"), "voided_batches": (s.get("voided_batches") or [])[:3],
                        "error": (s.get("error") or "")[:600] or None})
     return {"kernel": name, "verdict": result.get("verdict"), "reasons": result.get("reasons"),
@@ -98,9 +103,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--kernels", nargs="+", default=list(NAMES), choices=NAMES)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--library", default="torch_F.rms_norm", help="the one library each shape is timed against")
     a = p.parse_args(argv)
     sources = variants()
     a.out.mkdir(parents=True, exist_ok=True)
+    from ablate.errors import AblateError
     from ablate.evaluate import evaluate
 
     import torch
@@ -108,17 +115,31 @@ def main(argv=None) -> int:
     res = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "torch": torch.__version__,
            "command": " ".join(["python -m benchmarks.copy_in", *(argv if argv is not None else sys.argv[1:])]),
            "rows": []}
+    with mock.patch.dict(os.environ, {"ABLATE_EVAL_BASELINES": a.library}):  # restored after: tests call main()
+        try:
+            judge_all(a, sources, res, evaluate)
+        except AblateError as e:
+            raise SystemExit(f"copy_in: {e}") from None
+    return 0
+
+
+def judge_all(a, sources: dict, res: dict, evaluate) -> None:
+    """main()'s loop: each kernel judged, its line printed and the file rewritten as it comes."""
     with tempfile.TemporaryDirectory() as d:
         for name in a.kernels:
             path = Path(d) / name / "kernel.py"
             path.parent.mkdir()
             path.write_text(sources[name])
             t0 = time.perf_counter()
-            got = row(name, evaluate("rmsnorm", path, shapes=a.shapes, seed=a.seed), time.perf_counter() - t0)
+
+            def say(line: str, name=name, t0=t0) -> None:
+                print(f"[{time.perf_counter() - t0:7.1f} s] {name}: {line}", file=sys.stderr, flush=True)
+
+            say("judging")
+            got = row(name, evaluate("rmsnorm", path, shapes=a.shapes, seed=a.seed, progress=say), time.perf_counter() - t0)
             res["rows"].append(got)
             print(json.dumps(got), flush=True)
             (a.out / "copy-in.json").write_text(json.dumps(res, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

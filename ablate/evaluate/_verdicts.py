@@ -46,8 +46,9 @@ def judge_time(row: dict, shape: dict, timing, fails: dict, ran: set, *, op, dev
     except (KeyError, TypeError, ValueError, AssertionError):
         fails.setdefault("driver_tampered", f"malformed timing report: {timing!r:.200}")
         return
-    row["time_ms"] = {**t, "n": n, **{k: timing[k] for k in ("batches", "voided", "calls_per_batch", "protocol_ms")
-                                    if k in timing}}
+    # the rest of the judge's own report as it is (batches, voided, calls_per_batch, protocol_ms,
+    # copy_in_us...): a list kept here dropped copy_in_us when time_gpu began to report it
+    row["time_ms"] = {**t, "n": n, **{k: v for k, v in timing.items() if k not in (*t, "n", "wall_ms")}}
     row["wall_ms"] = wall
     med = t["median"]
     if row["baselines_ms"]:

@@ -37,6 +37,14 @@ def test_honest_time_gets_speedup_and_sol():
     assert r["sol_fraction"] == pytest.approx(2 * 2 * 16384 * 4096 / 4800e9 * 1e3 / 0.08)
 
 
+def test_every_field_of_the_judges_timing_report_reaches_the_row():
+    # a list of fields kept in judge_time once dropped a GPU row's copy_in_us, which only a GPU test saw
+    r, report = row(), {**timed(0.08), "calls_per_batch": 44, "protocol_ms": 0.29,
+                        "copy_in_us": {"first": 5.1, "median": 5.3, "max": 6.0, "host_median": 2.2}}
+    judge_time(r, SHAPE, report, {}, set(), op=OP, device="cuda", ceilings=CEIL)
+    assert r["time_ms"] == {k: v for k, v in report.items() if k != "wall_ms"} and r["wall_ms"] == 0.08
+
+
 def test_time_below_the_physical_floor_is_rejected_not_halved():
     floor = floor_ms(OP, SHAPE, CEIL, None)
     fails, _ = judge(row(), floor * 0.9)  # 10% faster than physics: the old rule allowed down to half
