@@ -3,6 +3,8 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 21: a CPU timing's window closes once the judge has copied the outputs out, not when the candidate
+#     reports: a thread of the kernel's could write them in shared memory in between, untimed
 # 20: a CPU timing copies every timed call's outputs and inputs out before judging any (each was read
 #     in its turn, so a thread of the kernel's writing the later calls' outputs meanwhile went unseen)
 # 19: a GPU watch's session opens with padding kernels and a sentinel, so CUPTI's loss of a session's
@@ -33,7 +35,7 @@ each check rejected."""
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "20"
+VERSION = "21"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

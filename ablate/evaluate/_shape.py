@@ -356,9 +356,11 @@ class ShapeJudge(GpuTiming):
             self.peer.send("call", shape=self.i, batch=b, gated=False, check=False, first=False,
                            calls=self.call_msg(range(count)))
             msg = self.receive_called(b)
-            ms = (time.perf_counter() - t0) * 1e3 / count
-            # all copied out before any is judged: a kernel's thread writing later calls' outputs meanwhile is seen
+            # all copied out before any is judged (a kernel's thread writing later calls' outputs meanwhile
+            # is seen), and inside the window: the shared memory the outputs are read from is the kernel's
+            # to write until the judge's copy, so whatever the copy holds was written in the time judged
             snap = self.copy_out(msg, range(count), [self.slots.views(j, self.entry_plan) for j in range(count)])
+            ms = (time.perf_counter() - t0) * 1e3 / count
             self.failures_of(msg, fails, "during timing: ")
             if not self.check_timed(msg, staged, range(count), fails, snap):
                 return None

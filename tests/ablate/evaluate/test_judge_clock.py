@@ -377,7 +377,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "20"
+    assert r["evaluator_version"] == "21"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 
@@ -689,6 +689,34 @@ def test_a_cpu_timing_leaves_out_a_first_call_on_the_shape(monkeypatch):
     assert sent == [(1, 1), (2, _shape.CPU_CALLS)]
     assert got["median"] == pytest.approx(1.0) and got["n"] == _shape.CPU_CALLS  # ms a call, the cold one left out
     assert checked == [[(1, 0)], [(2, j) for j in range(_shape.CPU_CALLS)]]  # every call's outputs checked, fresh inputs
+
+
+def test_a_cpu_timings_window_closes_once_the_outputs_are_copied_out(monkeypatch):
+    """On a CPU the outputs the judge reads are in memory the kernel shares: until the judge's copy,
+    a thread of the kernel's can still write them after its calls reported done. The window closes
+    after the copy, so what the copy holds was written inside the time judged."""
+    from ablate.evaluate import _shape
+
+    clock = [0.0]
+
+    def send(kind, batch, calls, **_):  # the stand-in peer: every call reported done after 1 ms
+        clock[0] += 0.001 * len(calls)
+
+    def copy_out(msg, drawn, views):  # the judge's copy: what a kernel's thread wrote until now is in it
+        clock[0] += 0.016
+        return {}
+
+    monkeypatch.setattr(_shape.time, "perf_counter", lambda: clock[0])
+    sj = object.__new__(ShapeJudge)
+    sj.i, sj.entry_plan, sj.slots = 0, None, SimpleNamespace(count=8, place=lambda *a: None, views=lambda j, plan: [])
+    sj.peer, sj.copy_out = SimpleNamespace(send=send), copy_out
+    sj.timed_inputs = lambda b, j: ((b, j), "timed")
+    sj.call_msg = lambda ks: [{} for _ in ks]
+    sj.receive_called = lambda b: {"batch": b, "calls": []}
+    sj.failures_of = lambda msg, fails, prefix: None
+    sj.check_timed = lambda msg, staged, drawn, fails, snap: True
+    got = ShapeJudge.time_cpu(sj, {})
+    assert got["median"] == pytest.approx(1.0 + 16.0 / _shape.CPU_CALLS)  # 1.0 when the window closed at the report
 
 
 def test_a_cpu_timing_copies_every_calls_outputs_out_before_judging_any(monkeypatch):
