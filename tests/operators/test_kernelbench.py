@@ -196,6 +196,9 @@ PROBLEMS = {
                         "    def forward(self, x):\n        return self.network(x)\n\n\n"
                         "def get_inputs():\n    return [torch.randn(1, 1000)]\n\n\n"
                         "def get_init_inputs():\n    return [1000, [50] * 8, 10]\n"),
+    "4_Clamp": ("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                "        return torch.clamp(x, min=-1.0, max=1.0)\n\n\ndef get_inputs():\n    return [2 * torch.randn(16, 64)]\n\n\n"
+                "def get_init_inputs():\n    return []\n"),
 }
 # ModelNew (or kernel) spellings of each problem: aliases of the library the reference calls, and
 # honest rewrites that compute the same without it
@@ -212,6 +215,9 @@ ALIASES = {
                        "    def forward(self, x):\n        return self.network(x)\n",
 }
 HONEST_REWRITES = {"2_ReLU": "def kernel(x):\n    return x * (x > 0)\n"}
+# another library function whose kernel is the reference's, called under its own operator: aten::hardtanh
+# runs clamp's (the dispatch above the backend sees hardtanh alone; the run-time watch, the nested clamp)
+NESTED_ALIASES = {"4_Clamp": "import torch.nn.functional as F\n\n\ndef kernel(x):\n    return F.hardtanh(x, -1.0, 1.0)\n"}
 # the same library kernels reached another way: in place (aten::relu_), or another kernel of the
 # reference's family (a width-1 convolution for each Linear: operators/_library_ops.py)
 MIRRORS = {
@@ -287,11 +293,24 @@ def test_a_problem_whose_output_barely_depends_on_its_input_is_flagged_when_load
     assert "large" in kernelbench.INSENSITIVE["kernelbench/3_DeepNarrowMLP"]  # where the judge still catches it
 
 
-def test_an_alias_is_judged_a_library_passthrough(problems, tmp_path):
+@pytest.mark.parametrize("stem,source", [("1_KLDiv", ALIASES["1_KLDiv"]), ("4_Clamp", NESTED_ALIASES["4_Clamp"])])
+def test_an_alias_is_judged_a_library_passthrough(problems, tmp_path, stem, source):
     from ablate.evaluate import evaluate
 
-    (tmp_path / "kernel.py").write_text(ALIASES["1_KLDiv"])
+    (tmp_path / "kernel.py").write_text(source)
     node = {"source": "kernelbench", "path": str(problems), "level": 1}
-    r = evaluate("kernelbench/1_KLDiv", tmp_path / "kernel.py", shapes="smoke", seed=1, draws=1, timing=False,
+    r = evaluate(f"kernelbench/{stem}", tmp_path / "kernel.py", shapes="smoke", seed=1, draws=1, timing=False,
                  operator_set=node)
     assert "library_passthrough" in r["reasons"], r["details"]
+
+
+def test_a_rewrite_without_the_references_library_kernel_is_accepted(problems, tmp_path):
+    """The other side of the nested alias: the same clamp in where's and comparisons is the kernel's own."""
+    from ablate.evaluate import evaluate
+
+    (tmp_path / "kernel.py").write_text("import torch\n\n\ndef kernel(x):\n"
+                                        "    return torch.where(x > 1.0, 1.0, torch.where(x < -1.0, -1.0, x))\n")
+    node = {"source": "kernelbench", "path": str(problems), "level": 1}
+    r = evaluate("kernelbench/4_Clamp", tmp_path / "kernel.py", shapes="smoke", seed=1, draws=1, timing=False,
+                 operator_set=node)
+    assert r["verdict"] == "accepted", r["details"]

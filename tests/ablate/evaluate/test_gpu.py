@@ -89,7 +89,8 @@ def test_honest_cuda_kernel_through_cupy_is_accepted(judged):
     assert r["verdict"] == "accepted", r["details"]
 
 
-@pytest.mark.parametrize("name", ["thread_pool", "column_major", "persistent_buffer", "custom_op", "compiled", "lookahead"])
+@pytest.mark.parametrize("name", ["thread_pool", "column_major", "persistent_buffer", "custom_op", "compiled", "lookahead",
+                                  "cuda_graph"])  # its own Triton kernel replayed from a graph it captured
 def test_honest_kernels_of_the_kinds_agents_write_are_accepted_on_a_gpu(judged, name):
     r = judged(name, draws=1, **PUBLIC)
     assert r["verdict"] == "accepted", r["details"]
@@ -120,6 +121,7 @@ def test_hidden_shapes_are_judged(judged):
     # its calls' work left to the call it expects to end the batch: batch lengths are drawn per batch
     ("deferred", {"stale_output"}, True),
     ("seal_hook_mode", {"hook_active", "incorrect"}, False),  # the 1.65x H200 attack on the old seal
+    ("seal_hook_library", {"incorrect"}, False),  # the same through a torch.library clone over aten's
     # the hostile candidate on a GPU, each with the static scan off (the run-time defence alone)
     ("frame_reader", {"forbidden_code"}, False),
     ("gc_channel_wrap", {"forbidden_code"}, False),

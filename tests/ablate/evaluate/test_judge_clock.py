@@ -256,6 +256,8 @@ def test_a_batch_whose_check_fails_ends_the_timing_after_the_batch_queued_behind
 @pytest.mark.parametrize("name,reasons", [
     # the H200 seal hook: the mode is refused and nothing it computes later reaches the judge
     ("seal_hook_mode", {"hook_active", "incorrect"}),
+    # the same through torch.library: its clone over aten's (test below: it would have won)
+    ("seal_hook_library", {"incorrect"}),
     # right where checked one by one, empty where timed: drawn timed calls are read right after their batch
     ("late_work", {"stale_output"}),
     # the library on a worker thread: the watch covers every thread
@@ -282,6 +284,26 @@ def test_a_kernel_beating_the_candidate_side_defence_is_rejected(judged, name, r
         assert reasons <= set(r["reasons"]), r["details"]
 
 
+def test_the_library_seal_hook_would_win_against_a_driver_that_copied_outputs_itself():
+    """kernels/seal_hook_library.py's override works: a clone of what it returns, in its own process,
+    is the right result, so only the judge reading the bytes the kernel left (and no tensor operation
+    of that process) rejects it. In a process of its own: the override is aten's."""
+    import subprocess
+    import sys
+
+    probe = f"""
+import importlib.util, torch
+spec = importlib.util.spec_from_file_location("k", {str(KERNELS / "seal_hook_library.py")!r})
+k = importlib.util.module_from_spec(spec); spec.loader.exec_module(k)
+x, w = torch.randn(8, 512, dtype=torch.bfloat16), torch.randn(512, dtype=torch.bfloat16)
+right = k._rms(x, w)
+y = k.kernel(x, w)
+print(y.data_ptr() in k._pending, torch.equal(y.clone(), right))  # uncomputed when returned; right once cloned
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
+
+
 # another library kernel computing the contract on rearranged inputs (a mirror), accepted while each
 # operator's library operators were its own names: every kernel of the family counts (_library_ops)
 @pytest.mark.parametrize("op,name,scan", [
@@ -306,6 +328,7 @@ def test_a_mirrored_library_kernel_is_a_passthrough(op, name, scan):
     ("persistent_buffer", None),
     ("custom_op", None),
     ("compiled", None),  # torch.compile of its own code: Inductor's build, hashing and load probe are tools
+    ("cuda_graph", None),  # a graph of its own on a GPU (test_gpu.py); here the file passes the scan and runs
 ])
 def test_honest_kernels_of_the_kinds_agents_write_are_accepted(judged, name, flag):
     # Inductor's C++ build of the compiled one took over the default 60 s on two cores shared by
