@@ -136,6 +136,21 @@ def test_no_process_outlives_its_evaluation_however_it_left(tmp_path):
     assert target.read_text() == "untouched" and not honest.is_symlink()
 
 
+def test_a_kernel_scribbling_over_all_the_memory_it_shares_spoils_only_its_own_verdict(tmp_path):
+    """kernels/shared_scribble.py writes 0xff over every shared mapping it can open (slots, pool,
+    channel) in every call: rejected, and an honest kernel judged after it in this process gets the
+    verdict and the errors it got before it, to the bit."""
+    kernels = Path(__file__).parent / "kernels"
+    honest = tmp_path / "honest.py"
+    honest.write_text("import torch\n" + HONEST)
+    before = evaluate("rmsnorm", honest, shapes="smoke", seed=4, draws=1)
+    r = evaluate("rmsnorm", kernels / "shared_scribble.py", shapes="smoke", seed=3, draws=1, scan=False)
+    assert r["verdict"] == "rejected" and "input_mutated" in r["reasons"], r["details"]  # it reached the slots
+    after = evaluate("rmsnorm", honest, shapes="smoke", seed=4, draws=1)
+    assert before["verdict"] == after["verdict"] == "accepted", after["details"]
+    assert [s["max_abs_error"] for s in after["shapes"]] == [s["max_abs_error"] for s in before["shapes"]]
+
+
 def test_the_root_side_never_writes_through_a_link_nor_into_a_directory_not_its_own(tmp_path):
     root = tmp_path / "root"
     (root / "e" / "submission").mkdir(parents=True)
