@@ -43,3 +43,11 @@ def test_the_pinned_memory_kernels_are_honest_and_each_gets_its_line(tmp_path, c
     assert all(ln["verdict"] == "accepted" for ln in lines), lines
     assert all(s["time_ms"] and s["copy_in_us"] is None for ln in lines for s in ln["shapes"])  # a CPU: no copy-in
     assert json.loads((tmp_path / "copy-in.json").read_text())["rows"] == lines
+
+
+def test_a_library_the_operator_lacks_is_one_line_naming_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("ABLATE_EVAL_BASELINES", raising=False)
+    with pytest.raises(SystemExit) as e:
+        copy_in.main(["--out", str(tmp_path), "--kernels", "honest", "--library", "torch_nope"])
+    assert str(e.value).startswith("copy_in: ") and "torch_nope" in str(e.value) and "\n" not in str(e.value)
+    assert "ABLATE_EVAL_BASELINES" not in os.environ and not (tmp_path / "copy-in.json").exists()
