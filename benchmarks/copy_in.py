@@ -108,7 +108,6 @@ def main(argv=None) -> int:
     sources = variants()
     a.out.mkdir(parents=True, exist_ok=True)
     from ablate.errors import AblateError
-    from ablate.evaluate import evaluate
 
     import torch
 
@@ -117,14 +116,16 @@ def main(argv=None) -> int:
            "rows": []}
     with mock.patch.dict(os.environ, {"ABLATE_EVAL_BASELINES": a.library}):  # restored after: tests call main()
         try:
-            judge_all(a, sources, res, evaluate)
+            judge_all(a, sources, res)
         except AblateError as e:
             raise SystemExit(f"copy_in: {e}") from None
     return 0
 
 
-def judge_all(a, sources: dict, res: dict, evaluate) -> None:
+def judge_all(a, sources: dict, res: dict) -> None:
     """main()'s loop: each kernel judged, its line printed and the file rewritten as it comes."""
+    from ablate.evaluate import evaluate
+
     with tempfile.TemporaryDirectory() as d:
         for name in a.kernels:
             path = Path(d) / name / "kernel.py"

@@ -39,19 +39,21 @@ def batch_length(most: int) -> int:
     return low + int.from_bytes(os.urandom(4), "little") % (most - low + 1)
 
 
-def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool) -> tuple[float, str | None, float]:
+def batch_verdict(words: list[int], n: int, fill_ns: float | None, queued: bool,
+                  queue_ns: float | None = None) -> tuple[float, str | None, float]:
     """From a batch's stamps and witnesses (the judge's words: 0 and 1 around the copy into the
     slots, 2 the gate's opening, 3 the end, witnesses at 16, 24 and 32): (window in ms, why the
     batch is void or None, the copy's nanoseconds a call). fill_ns: that copy in the shape's first
-    batch (None: this is it)."""
+    batch (None: this is it). queue_ns: the judge's host queueing that copy, ns a call, if known."""
     from ablate.evaluate._clock import gaps
 
     window = (words[3] - words[2]) / 1e6
     fill = (words[1] - words[0]) / n  # per call: batches differ in size
     if fill_ns is not None and fill > fill_ns * FILL_SLACK + FILL_SLACK_NS / n:
         g = gaps(words[16:21])  # said too: a slow copy-in beside no other context's slice right after it
+        host = "" if queue_ns is None else f"; the judge's host queued the copies in {queue_ns / 1e3:.1f} us a call"
         return window, (f"the inputs took {fill / 1e3:.1f} us a call to copy in, {fill_ns / 1e3:.1f} us the first "
-                        f"time; the witness before the start saw {g['gap_ns'] / 1e3:.0f} us of gaps"), fill
+                        f"time; the witness before the start saw {g['gap_ns'] / 1e3:.0f} us of gaps{host}"), fill
     for name, at in (("before the start", 16), ("after the end", 24), ("after the check", 32)):
         g = gaps(words[at:at + 5])
         if g["gaps"]:
@@ -158,13 +160,10 @@ class GpuTiming:
         if got is None:
             return None
         words, queued = got
-        window, why, fill = batch_verdict(words, n, self.fills[0] if self.fills else None, queued)
+        window, why, fill = batch_verdict(words, n, self.fills[0] if self.fills else None, queued, self.queue_ns)
         self.fills += (fill,)
         if self.queue_ns is not None:
-            self.queues += (self.queue_ns,)
-            if why is not None and "to copy in" in why:
-                why += f"; the judge's host queued the copies in {self.queue_ns / 1e3:.1f} us a call"
-            self.queue_ns = None
+            self.queues, self.queue_ns = self.queues + (self.queue_ns,), None
         if why is not None and not queued:  # a queue too short for this many launches, or a call that waits on the device
             self.max_n = max(1, n // 4)
             if "not all queued" not in why:

@@ -195,7 +195,7 @@ def _timing_judge(monkeypatch, wrong_batch=None):
     from ablate.evaluate import _batches, _cuda
 
     monkeypatch.setattr(_cuda, "wait_value", lambda *a: None)
-    monkeypatch.setattr(_batches, "batch_verdict", lambda words, n, fill, queued: (0.01 * n, None, 0.0))
+    monkeypatch.setattr(_batches, "batch_verdict", lambda words, n, fill, queued, queue_ns=None: (0.01 * n, None, 0.0))
     sj = object.__new__(ShapeJudge)
     event = SimpleNamespace(record=lambda: None, query=lambda: True)
     sj.torch = SimpleNamespace(Tensor=torch.Tensor, cuda=SimpleNamespace(synchronize=lambda: None, Event=lambda: event))
@@ -685,6 +685,22 @@ def test_the_protocols_cost_is_nothing_on_a_cpu():
     assert _baselines.protocol_ms(SimpleNamespace(device="cpu"), {"M": 1}) == 0.0
 
 
+def _cpu_judge(**parts):
+    """A ShapeJudge for time_cpu with stand-ins: a peer that answers at once, eight slots, fresh
+    inputs named (batch, call); `parts` replaces any of them (send for the peer's)."""
+    sj = object.__new__(ShapeJudge)
+    sj.i, sj.entry_plan, sj.torch = 0, None, torch
+    sj.slots = SimpleNamespace(count=8, place=lambda *a: None, views=lambda j, plan: [])
+    sj.peer = SimpleNamespace(send=parts.pop("send", lambda *a, **k: None))
+    sj.timed_inputs = lambda b, j: ((b, j), "timed")
+    sj.call_msg = lambda ks: [{} for _ in ks]
+    sj.receive_called = lambda b: {"batch": b, "calls": []}
+    sj.failures_of = lambda msg, fails, prefix: None
+    for name, part in parts.items():
+        setattr(sj, name, part)
+    return sj
+
+
 def test_a_cpu_timing_leaves_out_a_first_call_on_the_shape(monkeypatch):
     """On a CPU a library's first call on a shape (its process checks nothing before timing) took
     up to twice a warm call's time, which a candidate warm from its checked calls gained as
@@ -698,16 +714,9 @@ def test_a_cpu_timing_leaves_out_a_first_call_on_the_shape(monkeypatch):
         clock[0] += sum(1.0 if len(sent) == 1 and k == 0 else 0.001 for k in range(len(calls)))
 
     monkeypatch.setattr(_shape.time, "perf_counter", lambda: clock[0])
-    sj = object.__new__(ShapeJudge)
-    sj.i, sj.entry_plan, sj.slots = 0, None, SimpleNamespace(count=8, place=lambda *a: None, views=lambda j, plan: [])
-    sj.peer = SimpleNamespace(send=send)
-    sj.copy_out = lambda msg, drawn, views: {}
-    sj.timed_inputs = lambda b, j: ((b, j), "timed")
-    sj.call_msg = lambda ks: [{} for _ in ks]
-    sj.receive_called = lambda b: {"batch": b, "calls": []}
-    sj.failures_of = lambda msg, fails, prefix: None
     checked = []
-    sj.check_timed = lambda msg, staged, drawn, fails, snap: checked.append([ins for ins, _ in staged]) or True
+    sj = _cpu_judge(send=send, copy_out=lambda msg, drawn, views: {},
+                    check_timed=lambda msg, staged, drawn, fails, snap: checked.append([i for i, _ in staged]) or True)
     got = ShapeJudge.time_cpu(sj, {})
     assert sent == [(1, 1), (2, _shape.CPU_CALLS)]
     assert got["median"] == pytest.approx(1.0) and got["n"] == _shape.CPU_CALLS  # ms a call, the cold one left out
@@ -730,14 +739,7 @@ def test_a_cpu_timings_window_closes_once_the_outputs_are_copied_out(monkeypatch
         return {}
 
     monkeypatch.setattr(_shape.time, "perf_counter", lambda: clock[0])
-    sj = object.__new__(ShapeJudge)
-    sj.i, sj.entry_plan, sj.slots = 0, None, SimpleNamespace(count=8, place=lambda *a: None, views=lambda j, plan: [])
-    sj.peer, sj.copy_out = SimpleNamespace(send=send), copy_out
-    sj.timed_inputs = lambda b, j: ((b, j), "timed")
-    sj.call_msg = lambda ks: [{} for _ in ks]
-    sj.receive_called = lambda b: {"batch": b, "calls": []}
-    sj.failures_of = lambda msg, fails, prefix: None
-    sj.check_timed = lambda msg, staged, drawn, fails, snap: True
+    sj = _cpu_judge(send=send, copy_out=copy_out, check_timed=lambda msg, staged, drawn, fails, snap: True)
     got = ShapeJudge.time_cpu(sj, {})
     assert got["median"] == pytest.approx(1.0 + 16.0 / _shape.CPU_CALLS)  # 1.0 when the window closed at the report
 
@@ -764,17 +766,9 @@ def test_a_cpu_timing_copies_every_calls_outputs_out_before_judging_any(monkeypa
     monkeypatch.setattr(_shape._correctness, "reference_outputs", reference_outputs)
     monkeypatch.setattr(_shape._correctness, "judge_own_input",
                         lambda op, outs, refs, ins, env: {} if outs == ["right"] else {"incorrect": f"{outs}"})
-    sj = object.__new__(ShapeJudge)
-    sj.i, sj.entry_plan, sj.torch = 0, None, torch
-    sj.slots = SimpleNamespace(count=8, place=lambda *a: None, views=lambda j, plan: [])
-    sj.peer = SimpleNamespace(send=lambda *a, **k: None)
-    sj.timed_inputs = lambda b, j: ((b, j), "timed")
-    sj.call_msg = lambda ks: [{} for _ in ks]
-    sj.receive_called = receive_called
-    sj.outputs = lambda rep: [memory[rep["at"]]]
-    sj.failures_of = lambda msg, fails, prefix: None
-    sj.spending = lambda name: contextlib.nullcontext()
-    sj.ev, sj.plan = SimpleNamespace(op=None), {"envelopes": {"timed": None}}
+    sj = _cpu_judge(receive_called=receive_called, outputs=lambda rep: [memory[rep["at"]]],
+                    spending=lambda name: contextlib.nullcontext(), ev=SimpleNamespace(op=None),
+                    plan={"envelopes": {"timed": None}})
     fails: dict = {}
     assert ShapeJudge.time_cpu(sj, fails) is None
     assert fails == {"stale_output": "timed call 1: ['unwritten']"}
