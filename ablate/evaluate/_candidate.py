@@ -425,8 +425,8 @@ def prepare(device_request: str, watch: bool = True):
         torch.zeros(1, device="cuda")  # the CUDA context, while waiting for "go"
     try:
         import triton  # noqa: F401  (imported now: the submission's own import is then cheap)
-        if device == "cuda":  # Triton builds its launcher utilities (a C compile) on first use: now,
-            triton.runtime.driver.active.get_current_target()  # in this evaluation's fresh cache
+        if device == "cuda":  # Triton's launcher utilities (a C compile) and its compiler's start: now,
+            _gpu.warm_triton_compiler(triton.runtime.driver.active.get_current_target())  # in a fresh cache
     except Exception:  # no triton, or one that cannot start: the submission finds out itself
         pass
     sealed = seal_switches(torch) if watch else None

@@ -192,6 +192,46 @@ class Segments:
             raise Malformed(f"output in an unknown segment: {str(e)[:200]}") from None
         return view(raw, e, size)
 
+    def outputs(self, rep: dict, expected: list) -> list | dict:
+        """The outputs one call's report describes, copied out of these mappings, against the
+        contract's [(shape or None for a number, dtype)]; or {reason: message} when they break it.
+        A description the judge cannot read raises Malformed, never another error."""
+        try:
+            return self._outputs(rep, expected)
+        except Malformed:
+            raise
+        except (TypeError, ValueError, AttributeError) as e:  # a field of the wrong kind: the peer's doing
+            raise Malformed(f"a call's outputs described as {str(rep)[:160]}: {e}") from None
+
+    def _outputs(self, rep: dict, expected: list) -> list | dict:
+        entries = rep.get("entries")
+        if not isinstance(entries, list):
+            raise Malformed("a call's outputs are not described")
+        if len(entries) != len(expected):
+            return {"wrong_shape": f"{len(entries)} outputs, expected {len(expected)}"}
+        outs = []
+        for e, (shp, dtype) in zip(entries, expected):
+            if shp is None:
+                if not isinstance(e, dict) or type(e.get("value")) not in (int, float, bool):
+                    raise Malformed(f"a number output described as {str(e)[:100]}")
+                outs.append(e["value"])
+                continue
+            if not isinstance(e, dict) or "value" in e:
+                return {"wrong_shape": f"an output is {str(e)[:80]}, expected a tensor"}
+            if e.get("shape") != shp:
+                return {"wrong_shape": f"output shape {e.get('shape')}, expected {shp}"}
+            if e.get("dtype") != dtype:
+                return {"wrong_dtype": f"output dtype {e.get('dtype')}, expected {dtype}"}
+            if not dense(e.get("shape") or [], e.get("stride") or []):
+                return {"output_not_dense": f"strides {e.get('stride')} for shape {shp}"}
+            try:
+                outs.append(self.read(e).clone())
+            except Malformed:
+                raise
+            except Exception as err:  # noqa: BLE001 (a description torch cannot view: the peer's doing)
+                raise Malformed(f"an output described as {str(e)[:160]}: {err}") from None
+        return outs
+
     def close(self) -> None:
         for _, _, owner in self.maps.values():
             if hasattr(owner, "close"):

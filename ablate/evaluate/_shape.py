@@ -186,6 +186,8 @@ class ShapeJudge(GpuTiming):
                 continue
             if msg.get("batch") != batch or not isinstance(msg.get("calls"), list):
                 raise Gone(f"protocol: a report for batch {msg.get('batch')!r}, expected {batch}")
+            if not all(isinstance(c, dict) for c in msg["calls"]):
+                raise Gone(f"protocol: calls reported as {str(msg['calls'])[:100]}")
             self.kernels_of(msg)
             return msg
 
@@ -216,39 +218,12 @@ class ShapeJudge(GpuTiming):
             self.flags.append("device_watch_incomplete")
 
     def outputs(self, rep: dict) -> list | dict:
-        """The outputs one call's report describes, copied out of the peer's memory; or
-        {reason: message} when they break the contract."""
-        entries = rep.get("entries")
-        if not isinstance(entries, list):
-            raise _exchange.Malformed("a call's outputs are not described")
-        if len(entries) != len(self.exp):
-            return {"wrong_shape": f"{len(entries)} outputs, expected {len(self.exp)}"}
-        outs = []
-        for e, (shp, dtype) in zip(entries, self.exp):
-            if shp is None:
-                if not isinstance(e, dict) or type(e.get("value")) not in (int, float, bool):
-                    raise _exchange.Malformed(f"a number output described as {str(e)[:100]}")
-                outs.append(e["value"])
-                continue
-            if not isinstance(e, dict) or "value" in e:
-                return {"wrong_shape": f"an output is {str(e)[:80]}, expected a tensor"}
-            if e.get("shape") != shp:
-                return {"wrong_shape": f"output shape {e.get('shape')}, expected {shp}"}
-            if e.get("dtype") != dtype:
-                return {"wrong_dtype": f"output dtype {e.get('dtype')}, expected {dtype}"}
-            if not _exchange.dense(e.get("shape") or [], e.get("stride") or []):
-                return {"output_not_dense": f"strides {e.get('stride')} for shape {shp}"}
-            try:
-                outs.append(self.segments.read(e).clone())
-            except _exchange.Malformed:
-                raise
-            except Exception as err:  # noqa: BLE001 (a description torch cannot view: the peer's doing)
-                raise _exchange.Malformed(f"an output described as {str(e)[:160]}: {err}") from None
-        return outs
+        """The outputs one call's report describes, copied out of the peer's memory (Segments.outputs)."""
+        return self.segments.outputs(rep, self.exp)
 
     def copy_out(self, msg: dict, drawn, views) -> dict:
         """{call: (its outputs, or None where reported with a reason; its inputs)}: the judge's own
-        copies (views: each call's slot views). Raises Malformed, IndexError or TypeError."""
+        copies (views: each call's slot views). Raises Malformed."""
         snap = {}
         for j in drawn:
             rep = msg["calls"][j] if j < len(msg["calls"]) else {"reason": "missing"}
@@ -473,6 +448,9 @@ def judge_shape(ev, i: int, shape: dict, base: dict | None) -> tuple[dict | None
             row["fatal"] = True
         else:
             return None, fails, ran
+    except _exchange.Malformed as e:  # a report the judge cannot read: this shape's rejection, its row kept
+        fails.setdefault("protocol_violation", f"protocol: {e}")
+        row["fatal"] = True
     except _channel.Closed:
         return None, fails, ran
     finally:

@@ -105,6 +105,20 @@ def test_a_spare_is_fresh_until_used_and_used_once():
     assert not taken.root.exists()
 
 
+def test_a_spare_takes_tritons_first_compile_for_the_gpu_it_will_run_on(tmp_path, monkeypatch):
+    """A GPU spare compiles a kernel of the evaluator's own, so a candidate's first call pays only
+    its own kernel's compile, not the compiler's start (no GPU needed to compile for one)."""
+    pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+
+    from ablate.evaluate import _gpu
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    compiled = _gpu.warm_triton_compiler(GPUTarget("cuda", 90, 32))
+    assert compiled.asm["cubin"] and ".target sm_90" in compiled.asm["ptx"]
+
+
 DAEMONS = '''
 import _posixsubprocess, os, torch
 # below the audit hook: a shell that leaves a new session, ignores hang-ups and terminations and

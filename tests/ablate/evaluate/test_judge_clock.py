@@ -80,6 +80,9 @@ def test_outputs_are_read_from_the_judges_own_mapping_after_their_description_is
                 sj.outputs({"entries": [forged]})
         with pytest.raises(_exchange.Malformed):
             sj.outputs({"entries": None})
+        for ill_typed in ({**good, "stride": 5}, {**good, "shape": [2, 4], "stride": ["a", 1]}):
+            with pytest.raises(_exchange.Malformed):  # never a TypeError, which no shape's row would keep
+                sj.outputs({"entries": [ill_typed]})
     finally:
         import os
 
@@ -99,6 +102,52 @@ def test_a_report_for_another_batch_or_with_unmatched_descriptors_is_a_protocol_
         sj.receive_called(1)
     with pytest.raises(Gone, match="protocol: 1 segments with 0 descriptors"):
         sj.receive_called(1)
+
+
+def test_a_report_whose_calls_are_not_described_as_calls_is_a_protocol_violation():
+    from ablate.evaluate._shape import Gone
+
+    sj = object.__new__(ShapeJudge)
+    sj.device, sj.segments, sj.spent = "cpu", None, {"peer": 0.0}
+    sj.peer = Peer(lambda *a, **k: None, lambda kinds, limit: ({"kind": "called", "batch": 1, "calls": [{}, 7]}, []),
+                   lambda: True)
+    with pytest.raises(Gone, match="protocol: calls reported as"):
+        sj.receive_called(1)
+
+
+def test_a_timed_report_the_judge_cannot_read_rejects_its_shape_and_keeps_its_row(monkeypatch):
+    """A timed batch's outputs described in fields of the wrong kind (a subverted driver's): the
+    shape is a protocol_violation with its row, its checks and its error kept, as on a GPU; the
+    judge's catch-all, which keeps no row, is never reached."""
+    from ablate.evaluate import _shape
+
+    class Described(ShapeJudge):  # every check passes; the timed batch's report is ill-typed
+        def __init__(self, ev, i, shape, peer):
+            self.flags, self.spent, self.device_kernels, self.exp = [], {"peer": 0.0}, [], [([2], "float32")]
+            self.segments = _exchange.Segments("cpu")
+
+        def open(self, count, sample):
+            pass
+
+        def check_set(self, ins, refs, env, fails, first):
+            return SimpleNamespace(max_abs=0.0, margin=0.5, stats=[])
+
+        def time_cpu(self, fails):
+            return self.outputs({"entries": [{"shape": [2], "dtype": "float32", "stride": 5}]})
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_shape, "ShapeJudge", Described)
+    ev = SimpleNamespace(plans=[{"sets": [("normal", 0)], "envelopes": {"normal": None},
+                                "calibration": {"normal": {"envelope": None}}}],
+                         row=lambda shape, base: {"shape_id": "M=2"}, candidate_peer=lambda: None, device="cpu",
+                         input_set=lambda shape, k, references=True: ((torch.ones(2),), None, None),
+                         cfg={"timing": True}, info={}, op=SimpleNamespace(bytes=lambda shape: 8))
+    row, fails, ran = _shape.judge_shape(ev, 0, {"M": 2}, None)
+    assert row["shape_id"] == "M=2" and row["fatal"] and row["max_abs_error"] == 0.0
+    assert list(fails) == ["protocol_violation"] and "described as" in fails["protocol_violation"]
+    assert "protocol_violation" in row["error"]
 
 
 def test_a_run_report_for_another_batch_or_naming_kernels_oddly_is_a_protocol_violation():
