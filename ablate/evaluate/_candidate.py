@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import inspect
+import mmap
 import os
 import sys
 import threading
@@ -36,18 +37,6 @@ from ablate.evaluate._watch import OpWatch, clear_hooks, seal_switches
 
 _perf = time.perf_counter
 _listdir = os.listdir
-
-
-def _encoder():
-    """JSON from C parts only (a submission cannot rebind them)."""
-    from _json import encode_basestring_ascii, make_encoder
-
-    def default(o):
-        raise TypeError(f"not JSON: {type(o).__name__}")
-
-    enc = make_encoder(None, default, encode_basestring_ascii, None, ":", ",", False, False, True)
-    join = "".join
-    return lambda obj: join(enc(obj, 0))
 
 
 def classify(exc: BaseException) -> str:
@@ -154,8 +143,6 @@ class Driver:
     # -- the judge's slots ---------------------------------------------------------------------
     def on_slots(self, msg: dict, fds: list[int]) -> None:
         """Map the shape's input slots (and, on a CPU, the memfd the outputs go to)."""
-        import mmap
-
         torch = self.torch
         self.drop_slots()
         if self.device == "cuda":
@@ -292,11 +279,25 @@ class Driver:
         rep["entries"] = placed
         return rep
 
-    def on_call(self, msg: dict) -> None:
-        """One batch: the calls on the slots the judge names, gated or not; reports every call
-        ("called"). The watch's profile lasts until the device has run the batch (its kernels are
-        recorded as they end), so a gated batch, reported once queued, is followed by "ran" with
-        what the watch saw; an ungated one is synchronised first and reported once."""
+    def on_call(self, msg: dict, fds=()) -> None:
+        """One batch, on the shape's slots or, on a CPU, on slots of its own the message brings: a
+        timed batch's inputs, in memory this process never mapped before the judge's clock started."""
+        shape_slots = self.slots
+        if len(fds) == 1 and self.device == "cpu" and shape_slots is not None:
+            batch = mmap.mmap(fds[0], int(msg["nbytes"]))
+            self.slots = {**shape_slots, "raw": self.frombuffer(batch, dtype=self.torch.uint8),
+                          "size": int(msg["nbytes"]), "maps": (batch, shape_slots["out"])}
+        _channel.close_all(fds)
+        try:
+            self.one_batch(msg)
+        finally:
+            self.slots = shape_slots
+
+    def one_batch(self, msg: dict) -> None:
+        """The calls on the slots the judge names, gated or not; reports every call ("called"). The
+        watch's profile lasts until the device has run the batch (its kernels are recorded as they
+        end), so a gated batch, reported once queued, is followed by "ran" with what the watch saw;
+        an ungated one is synchronised first and reported once."""
         index, calls = int(msg["shape"]), msg["calls"]
         batch, gated, check = int(msg.get("batch", 0)), bool(msg.get("gated")), bool(msg.get("check"))
         self.forget_batch()
@@ -384,8 +385,7 @@ class Driver:
             if kind == "slots" and len(fds) == (1 if self.device == "cuda" else 2):
                 self.on_slots(msg, fds)
             elif kind == "call":
-                _channel.close_all(fds)
-                self.on_call(msg)
+                self.on_call(msg, fds)
             elif kind == "release":
                 self.drop_slots()
                 if self.device == "cuda":
@@ -476,7 +476,7 @@ def _serve(fd: int, prepared, finder) -> int:
 
     torch, device, snapshot, pool, sealed = prepared
     _gpu.cpu_threads_warm()
-    ch = _channel.Channel.from_fd(fd, encode=_encoder())
+    ch = _channel.Channel.from_fd(fd, encode=_channel.c_encoder())
     ch.send("hello", pid=os.getpid())
     got = ch.recv(None)
     msg = got[0] if got else {}

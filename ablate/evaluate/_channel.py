@@ -51,6 +51,18 @@ def pair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
 
+def c_encoder():
+    """JSON from C parts only, bound now: a submission in the same process cannot rebind them."""
+    from _json import encode_basestring_ascii, make_encoder
+
+    def default(o):
+        raise TypeError(f"not JSON: {type(o).__name__}")
+
+    enc = make_encoder(None, default, encode_basestring_ascii, None, ":", ",", False, False, True)
+    join = "".join
+    return lambda obj: join(enc(obj, 0))
+
+
 class Channel:
     """One end of a socket pair. recv() returns (message, fds) or None on timeout.
 

@@ -3,6 +3,9 @@ has one entry per code ("pass" | "fail" | "skip"), so reports can count how many
 each check rejected."""
 
 # The judge's rules, as one version: records judged under different versions never pair.
+# 22: on a CPU each call's inputs come in memory of their own, sent with the call: placed in the
+#     shape's slots, which the kernel keeps mapped, a thread of its could read a timed call's inputs
+#     and compute it before the clock started
 # 21: a CPU timing's window closes once the judge has copied the outputs out, not when the candidate
 #     reports: a thread of the kernel's could write them in shared memory in between, untimed
 # 20: a CPU timing copies every timed call's outputs and inputs out before judging any (each was read
@@ -35,7 +38,7 @@ each check rejected."""
 #     call a storage of its own bytes
 # 10: timed calls on N(0,1) inputs only, the protocol's own cost a batch taken off every batch;
 # 9: the judge's own clock on the device, outputs read where the kernel wrote them, libraries timed alike
-VERSION = "21"
+VERSION = "22"
 
 REASONS: dict[str, str] = {
     # the file itself (decided before any process starts)

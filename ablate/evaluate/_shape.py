@@ -140,8 +140,23 @@ class ShapeJudge(GpuTiming):
             off += -(-n // _exchange.ALIGN) * _exchange.ALIGN
         return out
 
-    def call_msg(self, ks: list[int]) -> list[dict]:
-        return [{"inputs": self.slots.entries(k, self.entry_plan), "outputs": self.dests(k)} for k in ks]
+    def call_msg(self, ks, slots=None) -> list[dict]:
+        return [{"inputs": (slots or self.slots).entries(k, self.entry_plan), "outputs": self.dests(k)} for k in ks]
+
+    def batch_slots(self, count: int):
+        """Slots for one call message: on a GPU the shape's (a gate holds its calls back); on a CPU
+        slots of its own, sent with the message: inputs placed in memory the peer had mapped, a
+        thread of the kernel's could compute before the judge's clock starts."""
+        return self.slots if self.device == "cuda" else _exchange.Slots("cpu", count, self.slots.slot_bytes)
+
+    def send_calls(self, slots, batch: int, ks, **flags) -> None:
+        """The call message for slots `ks`; slots of its own (batch_slots) travel with it."""
+        fds = [] if slots is self.slots else [slots.take_fd()]
+        try:
+            self.peer.send("call", fds=fds, shape=self.i, batch=batch, nbytes=slots.nbytes,
+                           calls=self.call_msg(ks, slots), **flags)
+        finally:
+            _channel.close_all(fds)
 
     # -- a batch's report --------------------------------------------------------------------
     @contextlib.contextmanager
@@ -240,11 +255,11 @@ class ShapeJudge(GpuTiming):
     def call_once(self, ins, *, check: bool, first: bool, warm_up: bool = False) -> tuple[dict, list]:
         """One ungated call on `ins`, placed in slot 0: (the peer's report, the slot's views of them)."""
         with self.spending("placing"):  # and the judge's own work on the device (inputs, references) done
-            slot_views = self.slots.place(0, ins, self.entry_plan)
+            slots = self.batch_slots(1)
+            slot_views = slots.place(0, ins, self.entry_plan)  # views: they keep a CPU mapping alive
             if self.device == "cuda":
                 self.torch.cuda.synchronize()
-        self.peer.send("call", shape=self.i, batch=0, gated=False, check=check, first=first, warm_up=warm_up,
-                       calls=self.call_msg([0]))
+        self.send_calls(slots, 0, [0], gated=False, check=check, first=first, warm_up=warm_up)
         return self.receive_called(0), slot_views
 
     def check_set(self, ins, refs, env, fails: dict, first: bool):
@@ -325,17 +340,21 @@ class ShapeJudge(GpuTiming):
         n = min(CPU_CALLS, self.slots.count)
         for b, count in ((1, 1), (2, n)):
             staged = [self.timed_inputs(b, j) for j in range(count)]
-            for j, (ins, _) in enumerate(staged):
-                self.slots.place(j, ins, self.entry_plan)
-            t0 = time.perf_counter()
-            self.peer.send("call", shape=self.i, batch=b, gated=False, check=False, first=False,
-                           calls=self.call_msg(range(count)))
-            msg = self.receive_called(b)
-            # all copied out before any is judged (a kernel's thread writing later calls' outputs meanwhile
-            # is seen), and inside the window: the shared memory the outputs are read from is the kernel's
-            # to write until the judge's copy, so whatever the copy holds was written in the time judged
-            snap = self.copy_out(msg, range(count), [self.slots.views(j, self.entry_plan) for j in range(count)])
-            ms = (time.perf_counter() - t0) * 1e3 / count
+            slots = self.batch_slots(count)
+            try:
+                for j, (ins, _) in enumerate(staged):
+                    slots.place(j, ins, self.entry_plan)
+                t0 = time.perf_counter()
+                self.send_calls(slots, b, range(count), gated=False, check=False, first=False)
+                msg = self.receive_called(b)
+                # all copied out before any is judged (a kernel's thread writing later calls' outputs
+                # meanwhile is seen), and inside the window: the shared memory the outputs are read from
+                # is the kernel's to write until the judge's copy, so what the copy holds was written in
+                # the time judged
+                snap = self.copy_out(msg, range(count), [slots.views(j, self.entry_plan) for j in range(count)])
+                ms = (time.perf_counter() - t0) * 1e3 / count
+            finally:
+                slots.close()
             self.failures_of(msg, fails, "during timing: ")
             if not self.check_timed(msg, staged, range(count), fails, snap):
                 return None

@@ -1,6 +1,7 @@
 """The judge's evidence from outside the candidate (ablate/evaluate/_shape.py, _exchange.py): outputs
 read where the kernel wrote them, descriptions of them checked before any read, the time taken by
 the judge, and the kernels that beat the candidate-side versions of these defences."""
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -449,7 +450,7 @@ def test_a_library_the_operator_does_not_have_is_one_line_naming_those_it_has(ke
 
 def test_a_judge_never_imports_what_it_judges_nor_does_its_library_process(judged):
     r = judged("honest_torch")
-    assert r["evaluator_version"] == "21"
+    assert r["evaluator_version"] == "22"
     assert "hook_active" in r["checks"] and r["checks"]["hook_active"] == "pass"
 
 
@@ -739,15 +740,66 @@ def _cpu_judge(**parts):
     inputs named (batch, call); `parts` replaces any of them (send for the peer's)."""
     sj = object.__new__(ShapeJudge)
     sj.i, sj.entry_plan, sj.torch = 0, None, torch
-    sj.slots = SimpleNamespace(count=8, place=lambda *a: None, views=lambda j, plan: [])
+    sj.slots = SimpleNamespace(count=8)
+    sj.batch_slots = lambda count: SimpleNamespace(place=lambda *a: None, views=lambda j, plan: [], nbytes=0,
+                                                   take_fd=lambda: os.open(os.devnull, os.O_RDONLY), close=lambda: None)
     sj.peer = SimpleNamespace(send=parts.pop("send", lambda *a, **k: None))
     sj.timed_inputs = lambda b, j: ((b, j), "timed")
-    sj.call_msg = lambda ks: [{} for _ in ks]
+    sj.call_msg = lambda ks, slots=None: [{} for _ in ks]
     sj.receive_called = lambda b: {"batch": b, "calls": []}
     sj.failures_of = lambda msg, fails, prefix: None
     for name, part in parts.items():
         setattr(sj, name, part)
     return sj
+
+
+def test_on_a_cpu_each_calls_inputs_come_with_its_message_never_into_memory_the_peer_had():
+    """On a CPU the peer maps the judge's memory: an input placed in slots it had mapped could be
+    read, and a timed call computed, by a thread of the kernel's before the judge's clock starts
+    (kernels/ahead_of_the_clock.py). Each call message brings its inputs in slots of their own,
+    which the peer maps when the message comes; the shape's slots are never written."""
+    import mmap
+    from collections import defaultdict
+
+    from ablate.evaluate._shape import CPU_CALLS
+
+    x, w = torch.randn(4, 8).to(torch.bfloat16), torch.randn(8).to(torch.bfloat16)
+    plan, nbytes = _exchange.plan_slot((x, w))
+    sj = object.__new__(ShapeJudge)
+    sj.i, sj.device, sj.torch, sj.entry_plan, sj.spent = 0, "cpu", torch, plan, defaultdict(float)
+    sj.slots, sj.out_plan, sj.out_slot = _exchange.Slots("cpu", 8, nbytes), [64], 256
+    sent = []
+
+    def send(kind, fds=(), **msg):  # the stand-in peer maps what came with the message, as the driver does
+        assert kind == "call" and len(fds) == 1
+        sent.append((msg, torch.frombuffer(mmap.mmap(fds[0], msg["nbytes"]), dtype=torch.uint8).clone()))
+
+    sj.peer, sj.receive_called, sj.failures_of = SimpleNamespace(send=send), lambda b: {"calls": []}, lambda *a: None
+    ShapeJudge.call_once(sj, (x, w), check=True, first=True)  # a checked set
+    sj.timed_inputs = lambda b, j: ((torch.full((4, 8), 10.0 * b + j).to(torch.bfloat16), w), "timed")
+    sj.copy_out = lambda msg, drawn, views: {j: (None, [v.clone() for v in views[j]]) for j in drawn}
+    snaps = []
+    sj.check_timed = lambda msg, staged, drawn, fails, snap: snaps.append(snap) or True
+    ShapeJudge.time_cpu(sj, {})
+    try:
+        assert not sj.slots.raw.any()  # the memory the peer had mapped since the shape began: never written
+        assert [len(m["calls"]) for m, _ in sent] == [1, 1, CPU_CALLS]
+        expected = [(x, w), (torch.full((4, 8), 10.0).to(torch.bfloat16), w)] + [
+            (torch.full((4, 8), 20.0 + j).to(torch.bfloat16), w) for j in range(CPU_CALLS)]
+        got = [tuple(_exchange.view(raw, e, m["nbytes"]) for e in c["inputs"]) for m, raw in sent for c in m["calls"]]
+        assert all(torch.equal(a, b) for g, e in zip(got, expected) for a, b in zip(g, e)) and len(got) == len(expected)
+        assert torch.equal(snaps[-1][2][1][0], expected[-1][0])  # the judge's own view of what the call was given
+    finally:
+        sj.slots.close()
+
+
+def test_no_input_is_readable_by_the_kernel_before_its_call_is_sent(judged):
+    """kernels/ahead_of_the_clock.py: a thread watching every input the kernel was handed finds
+    none of a later call's inputs there. Until 2026-12-08 every call's inputs were placed in the
+    shape's slots, which the kernel keeps mapped, and it was rejected (it raised) at its second
+    checked set; a timed batch's first call could be computed before the clock started."""
+    r = judged("ahead_of_the_clock")
+    assert r["verdict"] == "accepted", r["details"]
 
 
 def test_a_cpu_timing_leaves_out_a_first_call_on_the_shape(monkeypatch):
