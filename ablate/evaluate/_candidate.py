@@ -280,8 +280,8 @@ class Driver:
         return rep
 
     def on_call(self, msg: dict, fds=()) -> None:
-        """One batch, on the shape's slots or, on a CPU, on slots of its own the message brings: a
-        timed batch's inputs, in memory this process never mapped before the judge's clock started."""
+        """One batch, on the shape's slots (a GPU's, behind the gate) or, on a CPU, on slots of its
+        own the message brings: its inputs, in memory this process never mapped before they were sent."""
         shape_slots = self.slots
         if len(fds) == 1 and self.device == "cpu" and shape_slots is not None:
             batch = mmap.mmap(fds[0], int(msg["nbytes"]))

@@ -253,7 +253,7 @@ class ShapeJudge(GpuTiming):
 
     # -- correctness ---------------------------------------------------------------------------
     def call_once(self, ins, *, check: bool, first: bool, warm_up: bool = False) -> tuple[dict, list]:
-        """One ungated call on `ins`, placed in slot 0: (the peer's report, the slot's views of them)."""
+        """One ungated call on `ins`, placed in slot 0 (batch_slots): (the peer's report, the slot's views of them)."""
         with self.spending("placing"):  # and the judge's own work on the device (inputs, references) done
             slots = self.batch_slots(1)
             slot_views = slots.place(0, ins, self.entry_plan)  # views: they keep a CPU mapping alive
