@@ -44,6 +44,7 @@ triton.compile(ASTSource(module._rmsnorm_rows, signature, {"N": 4096, "ROWS": 1,
 print(json.dumps({"warm_up_s": t1 - t0, "compile_s": time.perf_counter() - t1}))
 """
 
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", type=int, default=90, help="compute capability to compile for (90: sm_90)")
@@ -51,8 +52,6 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
     lines = Lines(a.out)
-    got: dict[bool, list] = {False: [], True: []}
-    warm_ups = []
     root = Path(__file__).resolve().parent.parent
     for r in range(a.repeats):
         for warmed in (False, True):
@@ -62,15 +61,15 @@ def main(argv=None) -> int:
                 done = subprocess.run([sys.executable, "-c", CHILD, str(a.arch), "1" if warmed else "0"], env=env,
                                       capture_output=True, text=True, cwd=root)
             if done.returncode != 0:
-                raise SystemExit(f"the compile failed: {done.stderr.strip().splitlines()[-1]}")
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            got[warmed].append(row["compile_s"])
-            if warmed:
-                warm_ups.append(row["warm_up_s"])
-            lines.add({"repeat": r, "warmed": warmed, **row})
-    lines.add({"summary": True, "arch": a.arch, "compile_s_median": statistics.median(got[False]),
-               "compile_s_median_after_warm_up": statistics.median(got[True]),
-               "warm_up_s_median": statistics.median(warm_ups)})
+                raise SystemExit(f"the compile failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
+            lines.add({"repeat": r, "warmed": warmed, **json.loads(done.stdout.strip().splitlines()[-1])})
+
+    def median(key: str, warmed: bool) -> float:
+        return statistics.median(row[key] for row in lines.rows[1:] if row["warmed"] is warmed)
+
+    lines.add({"summary": True, "arch": a.arch, "compile_s_median": median("compile_s", False),
+               "compile_s_median_after_warm_up": median("compile_s", True),
+               "warm_up_s_median": median("warm_up_s", True)})
     lines.write()
     return 0
 
